@@ -1,0 +1,382 @@
+//! The `LLMScaler` resource (autoscaling.modelsphere.dev/v1alpha1).
+//!
+//! The doc comments here become the schema descriptions that `kubectl explain` shows, so they are
+//! written for the person filling in the YAML. Every admission rule lives next to the field it
+//! guards; `validation.rs` holds the same rules for code paths that never pass admission.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Desired state of an LLMScaler: which workload to scale, where its signal comes from, and the
+/// rails every recommendation has to stay within.
+// Printer columns repeat `type_ = "integer"`, which clippy mistakes for a duplicated attribute.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "autoscaling.modelsphere.dev",
+    version = "v1alpha1",
+    kind = "LLMScaler",
+    plural = "llmscalers",
+    singular = "llmscaler",
+    namespaced,
+    status = "LLMScalerStatus",
+    derive = "PartialEq",
+    doc = "LLMScaler drives the replica count of one LLM inference workload from token-serving signals (KV-cache use, queue depth) or from an external planner's decision.",
+    printcolumn(
+        name = "MinReplicas",
+        type_ = "integer",
+        json_path = ".spec.minReplicas",
+        description = "Lower replica bound"
+    ),
+    printcolumn(
+        name = "MaxReplicas",
+        type_ = "integer",
+        json_path = ".spec.maxReplicas",
+        description = "Upper replica bound"
+    ),
+    printcolumn(
+        name = "CurrentReplicas",
+        type_ = "integer",
+        json_path = ".status.currentReplicas",
+        description = "Ready replicas of the target at the last sync"
+    ),
+    printcolumn(
+        name = "DesiredReplicas",
+        type_ = "integer",
+        json_path = ".status.desiredReplicas",
+        description = "Last recommendation after clamping and stabilization"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[x_kube(
+    validation = Rule::new("self.minReplicas <= self.maxReplicas")
+        .message("minReplicas must not be greater than maxReplicas: lower minReplicas or raise maxReplicas")
+        .field_path(".minReplicas"),
+    validation = Rule::new("self.metricProvider != 'Prometheus' || (has(self.metrics) && size(self.metrics) > 0)")
+        .message("metrics is required when metricProvider is Prometheus: add at least one entry with a query and a target, or set metricProvider: Custom")
+        .field_path(".metrics"),
+    validation = Rule::new("self.metricProvider != 'Custom' || has(self.customProvider)")
+        .message("customProvider is required when metricProvider is Custom: set customProvider.serviceId to the service whose decision should drive this target")
+        .field_path(".customProvider"),
+    validation = Rule::new("!has(self.metrics) || self.metrics.all(m, !has(m.name) || self.metrics.exists_one(o, has(o.name) && o.name == m.name))")
+        .message("metrics[].name must be unique within the scaler: give each metric its own name")
+        .field_path(".metrics"),
+)]
+#[serde(rename_all = "camelCase")]
+pub struct LLMScalerSpec {
+    /// The workload whose replica count this scaler drives. It is looked up in the scaler's own
+    /// namespace.
+    pub target_ref: TargetRef,
+
+    /// Where the scaling signal comes from. Prometheus evaluates spec.metrics and applies the
+    /// HPA ratio; Custom asks a decision server for an absolute replica count. The two are
+    /// alternatives: there is no fallback from one to the other.
+    #[serde(default)]
+    pub metric_provider: MetricProvider,
+
+    /// Settings for the decision server. Required when metricProvider is Custom; ignored
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_provider: Option<CustomProvider>,
+
+    /// Base URL of the signal source. Under Prometheus, the server whose /api/v1/query endpoint
+    /// answers the queries (e.g. http://prometheus-operated.monitoring.svc:9090). Under Custom,
+    /// the decision server.
+    #[x_kube(validation = Rule::new("isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHostname() != ''")
+        .message("serverAddress must be an http:// or https:// URL with a host, e.g. http://prometheus-operated.monitoring.svc:9090"))]
+    #[schemars(length(min = 1, max = 2048))]
+    pub server_address: String,
+
+    /// Extra HTTP headers sent with every request to serverAddress, e.g. Authorization for a
+    /// secured Prometheus. Values are sent as written and never logged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_headers: Option<BTreeMap<String, String>>,
+
+    /// Fewest replicas the scaler will ever ask for. 0 allows scale-to-zero.
+    #[schemars(range(min = 0))]
+    pub min_replicas: i32,
+
+    /// Most replicas the scaler will ever ask for. 0 together with minReplicas 0 pins the target
+    /// at zero.
+    #[schemars(range(min = 0))]
+    pub max_replicas: i32,
+
+    /// The signals that drive the replica count under the Prometheus provider. Each entry is a
+    /// PromQL query and a per-replica target; the largest recommendation across entries wins.
+    /// Required (non-empty) under Prometheus, unused under Custom.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    pub metrics: Option<Vec<MetricSpec>>,
+
+    /// Seconds between two evaluations of the signal; also the pace of consecutive scale steps.
+    #[serde(default = "default_sync_period_seconds")]
+    #[schemars(range(min = 1))]
+    pub sync_period_seconds: i32,
+
+    /// Seconds before the next attempt when the target is missing or a sync failed; used instead
+    /// of syncPeriodSeconds in those cases.
+    #[serde(default = "default_retry_period_seconds")]
+    #[schemars(range(min = 1))]
+    pub retry_period_seconds: i32,
+
+    /// How the fleet shrinks: how long to wait before believing a lower signal, how many replicas
+    /// may go in one step, and which pods go first.
+    #[serde(default)]
+    pub scale_down: ScaleDown,
+
+    /// Reserved for preemption support. Accepted and stored, but the controller does not act on
+    /// it yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemption: Option<Preemption>,
+}
+
+pub(crate) fn default_sync_period_seconds() -> i32 {
+    15
+}
+
+pub(crate) fn default_retry_period_seconds() -> i32 {
+    10
+}
+
+/// Identifies the workload to scale. Any kind with spec.replicas and status.readyReplicas works;
+/// the rollout guard and cache-aware victim selection apply to Deployments only.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetRef {
+    /// API group and version of the target, e.g. apps/v1 or leaderworkerset.x-k8s.io/v1.
+    #[x_kube(validation = Rule::new("self.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?v[0-9]+((alpha|beta)[0-9]+)?$')")
+        .message("targetRef.apiVersion must be group/version, e.g. apps/v1 or leaderworkerset.x-k8s.io/v1 (just v1 for the core group)"))]
+    #[schemars(length(min = 1, max = 317))]
+    pub api_version: String,
+
+    /// Kind of the target: Deployment, StatefulSet or LeaderWorkerSet.
+    #[schemars(length(min = 1, max = 63))]
+    pub kind: String,
+
+    /// Name of the target in the scaler's namespace.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+/// Source of the scaling signal.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MetricProvider {
+    /// PromQL queries evaluated against serverAddress, combined with the HPA ratio.
+    #[default]
+    Prometheus,
+    /// An absolute replica count read from a decision server.
+    Custom,
+}
+
+/// One signal and the value each replica should carry.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[x_kube(
+    validation = Rule::new("!self.target.endsWith('%')")
+        .message("metrics[].target must be a plain number on the query's own scale, not a percentage: write \"0.8\" for a 0-1 ratio or \"80\" for a 0-100 series")
+        .field_path(".target"),
+    validation = Rule::new("self.target.endsWith('%') || self.target.matches('^([0-9]+([.][0-9]*)?|[.][0-9]+)$')")
+        .message("metrics[].target must be a finite positive decimal number such as \"0.8\", \"80\" or \"2.5\"")
+        .field_path(".target"),
+    validation = Rule::new("!self.target.matches('^[0.]+$')")
+        .message("metrics[].target must be greater than zero: a target of 0 would ask for infinite replicas")
+        .field_path(".target"),
+)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricSpec {
+    /// Short identifier used in logs, events, status and the external metrics API. A DNS-1123
+    /// label, unique within the scaler.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')")
+        .message("metrics[].name must be a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit, e.g. kv-cache"))]
+    #[schemars(length(max = 63))]
+    pub name: Option<String>,
+
+    /// PromQL that returns exactly one aggregated, per-replica value, e.g.
+    /// avg(vllm:kv_cache_usage_perc{namespace="default", app="my-model"}). A result with more
+    /// than one series is an error, not something to pick from: aggregate away every label that
+    /// varies, and scope the query to this target's pods.
+    #[schemars(length(min = 1))]
+    pub query: String,
+
+    /// The value each replica should carry, as a quoted decimal on the query's own scale: "0.8"
+    /// against a 0-1 ratio, "80" against a 0-100 series. Must be positive; a % suffix is refused.
+    #[schemars(length(max = 32))]
+    pub target: String,
+}
+
+/// Where and how to ask a decision server for a replica count.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct CustomProvider {
+    /// The service whose decision drives this target. Sent as the serviceId query parameter and
+    /// matched against decisions[].serviceId in the reply.
+    #[schemars(length(min = 1, max = 253))]
+    pub service_id: String,
+
+    /// Only accept a decision carrying this namespace. Needed only when the server reports the
+    /// same serviceId in several namespaces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+
+    /// Request path on serverAddress.
+    #[serde(default = "default_decision_path")]
+    #[x_kube(validation = Rule::new("self.startsWith('/')")
+        .message("customProvider.path must be an absolute path starting with '/', e.g. /decisions"))]
+    #[schemars(length(max = 1024))]
+    pub path: String,
+}
+
+pub(crate) fn default_decision_path() -> String {
+    "/decisions".to_owned()
+}
+
+/// Scale-down damping and cache-aware victim selection.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleDown {
+    /// Look-back window in seconds: the fleet is held at the highest recommendation seen within
+    /// it, so a short dip in the signal does not shrink the fleet. 0 turns it off. Scale-up is
+    /// never delayed by it.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 3600))]
+    pub stabilization_window_seconds: i32,
+
+    /// Most replicas removed in one scale-down step; 0 means no limit. A collapsed signal then
+    /// walks the fleet down one step per sync instead of dropping it to minReplicas at once.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub max_step_replicas: i32,
+
+    /// CacheAware marks the coldest pods with a low controller.kubernetes.io/pod-deletion-cost
+    /// before lowering replicas, so warm KV caches survive; None leaves the choice to the
+    /// workload controller.
+    #[serde(default)]
+    pub behavior: ScaleDownBehavior,
+
+    /// PromQL returning one series per pod, each with a pod label; the value becomes that pod's
+    /// deletion cost and the lowest goes first. Empty means newest pod first. Used only with
+    /// behavior CacheAware under the Prometheus provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_cost_query: Option<String>,
+}
+
+impl Default for ScaleDown {
+    fn default() -> Self {
+        Self {
+            stabilization_window_seconds: 0,
+            max_step_replicas: 0,
+            behavior: ScaleDownBehavior::CacheAware,
+            deletion_cost_query: None,
+        }
+    }
+}
+
+/// Which pods go first when the fleet shrinks.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ScaleDownBehavior {
+    /// Mark the coldest pods so the ReplicaSet deletes them first.
+    #[default]
+    CacheAware,
+    /// Leave the deletion order to the workload controller.
+    None,
+}
+
+/// Reserved: accepted by the API, not acted on by the controller.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Preemption {
+    /// Reserved for future use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enable: Option<bool>,
+    /// Reserved for future use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class: Option<String>,
+}
+
+/// What the controller observed and decided at its last sync.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct LLMScalerStatus {
+    /// Ready replicas of the target at the last sync: the figure the scaling ratio is computed
+    /// from, not spec.replicas.
+    #[serde(default)]
+    pub current_replicas: i32,
+
+    /// Last recommendation after clamping to the bounds and scale-down stabilization, before the
+    /// step cap. While a step cap walks the fleet down this is the destination, not the count
+    /// just written.
+    #[serde(default)]
+    pub desired_replicas: i32,
+
+    /// Ready, ScalingActive, ScalingLimited and RolloutInProgress, each with the reason of the
+    /// last sync.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+
+    /// The metadata.generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// The value each metric had at the last sync, or why it could not be read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub current_metrics: Vec<MetricStatus>,
+
+    /// When the controller last changed the target's replica count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_scale_time: Option<Time>,
+
+    /// Recent recommendations kept for scale-down stabilization, so that a restart or a change of
+    /// leader does not forget them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recommendation_history: Option<RecommendationHistory>,
+}
+
+/// The reading of one metric at the last sync.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricStatus {
+    /// The metric's name, or metric-N (its position) when it has none.
+    pub name: String,
+    /// The measured value as a decimal string; absent when the metric could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// The replicas this metric alone recommended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recommended_replicas: Option<i32>,
+    /// Why the metric could not be read, when it could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Scale-down stabilization memory, tied to one incarnation of the scaler.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct RecommendationHistory {
+    /// metadata.uid of the scaler that recorded these entries; a recreated scaler with the same
+    /// name starts afresh.
+    pub uid: String,
+    /// Recommendations inside the stabilization window, oldest first.
+    #[serde(default)]
+    #[schemars(length(max = 128))]
+    pub entries: Vec<Recommendation>,
+}
+
+/// One recorded recommendation.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Recommendation {
+    /// When it was made.
+    pub time: Time,
+    /// The replica count recommended then.
+    pub replicas: i32,
+}

@@ -1,0 +1,15 @@
+//! The LLMScaler API: types, admission rules and the generated CRD.
+
+mod crd;
+mod llmscaler;
+pub mod validation;
+
+pub use crd::{CrdError, crd_yaml};
+pub use llmscaler::{
+    CustomProvider, LLMScaler, LLMScalerSpec, LLMScalerStatus, MetricProvider, MetricSpec,
+    MetricStatus, Preemption, Recommendation, RecommendationHistory, ScaleDown, ScaleDownBehavior,
+    TargetRef,
+};
+
+/// API group of every resource this operator defines.
+pub const GROUP: &str = "autoscaling.modelsphere.dev";

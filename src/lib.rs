@@ -1,0 +1,9 @@
+//! llmscaleoperator: autoscales LLM inference workloads on token-serving signals.
+//!
+//! `api` defines the LLMScaler resource, `controller` reconciles it against the cluster,
+//! `telemetry` sets up logging and health endpoints and `tls` holds the process-wide TLS setup.
+
+pub mod api;
+pub mod controller;
+pub mod telemetry;
+pub mod tls;

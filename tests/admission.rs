@@ -1,0 +1,415 @@
+//! Admission-time validation against the real kube-apiserver: every invalid spec is refused with
+//! a message that names the field and says what to write; the samples and a scale-to-zero spec
+//! are accepted, with the CRD's defaults filled in.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use kube::Client;
+use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use llmscaleoperator::api::{LLMScaler, MetricProvider, ScaleDownBehavior};
+use serde_json::{Value, json};
+
+fn valid_spec() -> Value {
+    json!({
+        "targetRef": { "apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm" },
+        "serverAddress": "http://prometheus.monitoring.svc:9090",
+        "minReplicas": 1,
+        "maxReplicas": 4,
+        "metrics": [{ "name": "kv-cache", "query": "avg(vllm:kv_cache_usage_perc)", "target": "0.8" }]
+    })
+}
+
+fn scaler(name: &str, spec: Value) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "autoscaling.modelsphere.dev/v1alpha1",
+        "kind": "LLMScaler",
+        "metadata": { "name": name },
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+fn dynamic_api(client: &Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<LLMScaler>(&()))
+}
+
+/// Sets `value` at a JSON pointer inside the spec (creating the last key), or removes the key when
+/// `value` is null.
+fn with(mut spec: Value, pointer: &str, value: Value) -> Value {
+    let (parent, key) = pointer.rsplit_once('/').unwrap();
+    let parent = spec
+        .pointer_mut(parent)
+        .unwrap_or_else(|| panic!("no {parent} in spec"));
+    let object = parent.as_object_mut();
+    match (object, value) {
+        (Some(object), Value::Null) => {
+            object.remove(key);
+        }
+        (Some(object), value) => {
+            object.insert(key.to_owned(), value);
+        }
+        (None, value) => {
+            let index: usize = key.parse().unwrap();
+            parent.as_array_mut().unwrap()[index] = value;
+        }
+    }
+    spec
+}
+
+struct Case {
+    what: &'static str,
+    spec: Value,
+    /// Every fragment must appear in the apiserver's message.
+    expect: Vec<&'static str>,
+}
+
+fn invalid_cases() -> Vec<Case> {
+    let target = |t: &str| with(valid_spec(), "/metrics/0/target", json!(t));
+    let decimal_hint = "metrics[].target must be a finite positive decimal number such as \"0.8\", \"80\" or \"2.5\"";
+    let mut cases = vec![
+        Case {
+            what: "minReplicas above maxReplicas",
+            spec: with(
+                with(valid_spec(), "/minReplicas", json!(5)),
+                "/maxReplicas",
+                json!(2),
+            ),
+            expect: vec![
+                "spec.minReplicas",
+                "minReplicas must not be greater than maxReplicas: lower minReplicas or raise maxReplicas",
+            ],
+        },
+        Case {
+            what: "negative minReplicas",
+            spec: with(valid_spec(), "/minReplicas", json!(-1)),
+            expect: vec!["spec.minReplicas", "should be greater than or equal to 0"],
+        },
+        Case {
+            what: "negative maxReplicas",
+            spec: with(
+                with(valid_spec(), "/minReplicas", json!(0)),
+                "/maxReplicas",
+                json!(-1),
+            ),
+            expect: vec!["spec.maxReplicas", "should be greater than or equal to 0"],
+        },
+        Case {
+            what: "syncPeriodSeconds 0",
+            spec: with(valid_spec(), "/syncPeriodSeconds", json!(0)),
+            expect: vec![
+                "spec.syncPeriodSeconds",
+                "should be greater than or equal to 1",
+            ],
+        },
+        Case {
+            what: "retryPeriodSeconds 0",
+            spec: with(valid_spec(), "/retryPeriodSeconds", json!(0)),
+            expect: vec![
+                "spec.retryPeriodSeconds",
+                "should be greater than or equal to 1",
+            ],
+        },
+        Case {
+            what: "stabilization window above an hour",
+            spec: with(
+                valid_spec(),
+                "/scaleDown",
+                json!({ "stabilizationWindowSeconds": 3601 }),
+            ),
+            expect: vec![
+                "spec.scaleDown.stabilizationWindowSeconds",
+                "should be less than or equal to 3600",
+            ],
+        },
+        Case {
+            what: "negative stabilization window",
+            spec: with(
+                valid_spec(),
+                "/scaleDown",
+                json!({ "stabilizationWindowSeconds": -1 }),
+            ),
+            expect: vec![
+                "spec.scaleDown.stabilizationWindowSeconds",
+                "should be greater than or equal to 0",
+            ],
+        },
+        Case {
+            what: "negative maxStepReplicas",
+            spec: with(valid_spec(), "/scaleDown", json!({ "maxStepReplicas": -1 })),
+            expect: vec![
+                "spec.scaleDown.maxStepReplicas",
+                "should be greater than or equal to 0",
+            ],
+        },
+        Case {
+            what: "a percentage target",
+            spec: target("80%"),
+            expect: vec![
+                "spec.metrics[0].target",
+                "not a percentage: write \"0.8\" for a 0-1 ratio or \"80\" for a 0-100 series",
+            ],
+        },
+        Case {
+            what: "a zero target",
+            spec: target("0"),
+            expect: vec![
+                "spec.metrics[0].target",
+                "metrics[].target must be greater than zero",
+            ],
+        },
+        Case {
+            what: "an unknown metricProvider",
+            spec: with(valid_spec(), "/metricProvider", json!("Datadog")),
+            expect: vec![
+                "spec.metricProvider",
+                "supported values: \"Prometheus\", \"Custom\"",
+            ],
+        },
+        Case {
+            what: "a metric name that is not a DNS-1123 label",
+            spec: with(valid_spec(), "/metrics/0/name", json!("KV_Cache")),
+            expect: vec![
+                "spec.metrics[0].name",
+                "must be a DNS-1123 label",
+                "e.g. kv-cache",
+            ],
+        },
+        Case {
+            what: "two metrics with the same name",
+            spec: with(
+                valid_spec(),
+                "/metrics",
+                json!([
+                    { "name": "load", "query": "avg(a)", "target": "1" },
+                    { "name": "load", "query": "avg(b)", "target": "2" }
+                ]),
+            ),
+            expect: vec![
+                "spec.metrics",
+                "metrics[].name must be unique within the scaler",
+            ],
+        },
+        Case {
+            what: "Prometheus with no metrics",
+            spec: with(valid_spec(), "/metrics", Value::Null),
+            expect: vec![
+                "spec.metrics",
+                "metrics is required when metricProvider is Prometheus",
+                "or set metricProvider: Custom",
+            ],
+        },
+        Case {
+            what: "Prometheus with an empty metrics list",
+            spec: with(valid_spec(), "/metrics", json!([])),
+            expect: vec![
+                "spec.metrics",
+                "metrics is required when metricProvider is Prometheus",
+            ],
+        },
+        Case {
+            what: "Custom with no customProvider",
+            spec: with(valid_spec(), "/metricProvider", json!("Custom")),
+            expect: vec![
+                "spec.customProvider",
+                "customProvider is required when metricProvider is Custom: set customProvider.serviceId",
+            ],
+        },
+        Case {
+            what: "a relative decision path",
+            spec: with(
+                with(valid_spec(), "/metricProvider", json!("Custom")),
+                "/customProvider",
+                json!({ "serviceId": "svc", "path": "decisions" }),
+            ),
+            expect: vec![
+                "spec.customProvider.path",
+                "must be an absolute path starting with '/'",
+            ],
+        },
+    ];
+    for bad in ["-1", "NaN", "abc", "", "1e3", "Inf"] {
+        cases.push(Case {
+            what: "a target that is not a positive decimal",
+            spec: target(bad),
+            expect: vec!["spec.metrics[0].target", decimal_hint],
+        });
+    }
+    for bad in [
+        "prometheus:9090",
+        "prometheus.monitoring.svc",
+        "ftp://prometheus:21",
+        "http://",
+        "/api/v1/query",
+        "",
+    ] {
+        cases.push(Case {
+            what: "a serverAddress that is not an http(s) URL",
+            spec: with(valid_spec(), "/serverAddress", json!(bad)),
+            expect: vec!["spec.serverAddress"],
+        });
+    }
+    for bad in ["apps", "Apps/V1", "/v1", "apps/", "apps/1", "apps/v1/extra"] {
+        cases.push(Case {
+            what: "a targetRef.apiVersion without a group/version shape",
+            spec: with(valid_spec(), "/targetRef/apiVersion", json!(bad)),
+            expect: vec![
+                "spec.targetRef.apiVersion",
+                "targetRef.apiVersion must be group/version, e.g. apps/v1",
+            ],
+        });
+    }
+    cases
+}
+
+#[tokio::test]
+async fn invalid_specs_are_rejected_with_a_message_naming_the_field() {
+    let client = common::client().await;
+    common::ensure_crd(&client).await;
+    let ns = common::namespace(&client, "admission-invalid").await;
+    let api = dynamic_api(&client, &ns);
+
+    let mut failures = Vec::new();
+    for (i, case) in invalid_cases().into_iter().enumerate() {
+        let spec_text = case.spec.to_string();
+        match api
+            .create(
+                &PostParams::default(),
+                &scaler(&format!("bad-{i}"), case.spec),
+            )
+            .await
+        {
+            Ok(_) => failures.push(format!("{}: accepted {spec_text}", case.what)),
+            Err(kube::Error::Api(status)) => {
+                if status.code != 422 {
+                    failures.push(format!(
+                        "{}: HTTP {} {}",
+                        case.what, status.code, status.message
+                    ));
+                }
+                for fragment in &case.expect {
+                    if !status.message.contains(fragment) {
+                        failures.push(format!(
+                            "{}: message lacks {fragment:?}: {}",
+                            case.what, status.message
+                        ));
+                    }
+                }
+            }
+            Err(other) => failures.push(format!("{}: {other}", case.what)),
+        }
+    }
+    // serverAddress cases share one expectation; check the wording once on a plain host:port.
+    let err = api
+        .create(
+            &PostParams::default(),
+            &scaler(
+                "bad-address",
+                with(valid_spec(), "/serverAddress", json!("prometheus:9090")),
+            ),
+        )
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("{err}")
+    };
+    if !status.message.contains("serverAddress must be an http:// or https:// URL with a host, e.g. http://prometheus-operated.monitoring.svc:9090")
+    {
+        failures.push(format!("serverAddress message: {}", status.message));
+    }
+
+    common::delete_namespace(&client, &ns).await;
+    assert!(
+        failures.is_empty(),
+        "{} admission checks failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[tokio::test]
+async fn samples_and_scale_to_zero_are_accepted_with_defaults() {
+    let client = common::client().await;
+    common::ensure_crd(&client).await;
+    let ns = common::namespace(&client, "admission-valid").await;
+    let api = dynamic_api(&client, &ns);
+    let typed: Api<LLMScaler> = Api::namespaced(client.clone(), &ns);
+
+    for sample in [
+        "config/samples/autoscaling_v1alpha1_llmscaler.yaml",
+        "config/samples/autoscaling_v1alpha1_llmscaler_customprovider.yaml",
+    ] {
+        let object: DynamicObject = common::read_yaml(sample);
+        api.create(&PostParams::default(), &object)
+            .await
+            .unwrap_or_else(|e| panic!("{sample} was rejected: {e}"));
+    }
+
+    let prometheus = typed.get("llmscaler-sample").await.unwrap();
+    assert_eq!(
+        prometheus.spec.metric_provider,
+        MetricProvider::Prometheus,
+        "defaulted provider"
+    );
+    assert_eq!(prometheus.spec.scale_down.max_step_replicas, 1);
+    assert_eq!(
+        prometheus.spec.scale_down.behavior,
+        ScaleDownBehavior::CacheAware
+    );
+
+    let custom = typed.get("llmscaler-custom-provider-sample").await.unwrap();
+    assert_eq!(custom.spec.metric_provider, MetricProvider::Custom);
+    assert_eq!(
+        custom.spec.sync_period_seconds, 15,
+        "defaulted syncPeriodSeconds"
+    );
+    assert_eq!(
+        custom.spec.retry_period_seconds, 10,
+        "defaulted retryPeriodSeconds"
+    );
+    assert_eq!(
+        custom.spec.scale_down.behavior,
+        ScaleDownBehavior::CacheAware,
+        "defaulted behavior"
+    );
+    assert_eq!(
+        custom.spec.custom_provider.as_ref().unwrap().path,
+        "/decisions"
+    );
+    assert!(custom.spec.metrics.is_none(), "Custom needs no metrics");
+
+    // Scale-to-zero, and a pinned-at-zero fleet, are legitimate specs.
+    let zero = with(valid_spec(), "/minReplicas", json!(0));
+    api.create(&PostParams::default(), &scaler("scale-to-zero", zero))
+        .await
+        .unwrap();
+    let pinned = with(
+        with(valid_spec(), "/minReplicas", json!(0)),
+        "/maxReplicas",
+        json!(0),
+    );
+    api.create(&PostParams::default(), &scaler("pinned-at-zero", pinned))
+        .await
+        .unwrap();
+    // Every accepted target shape.
+    for (i, t) in ["0.8", "80", "2.5", ".5", "100"].iter().enumerate() {
+        api.create(
+            &PostParams::default(),
+            &scaler(
+                &format!("target-{i}"),
+                with(valid_spec(), "/metrics/0/target", json!(t)),
+            ),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("target {t:?} was rejected: {e}"));
+    }
+    let defaulted = typed.get("scale-to-zero").await.unwrap();
+    assert_eq!(defaulted.spec.min_replicas, 0);
+    assert_eq!(
+        defaulted.spec.scale_down.stabilization_window_seconds, 0,
+        "defaulted scaleDown"
+    );
+
+    common::delete_namespace(&client, &ns).await;
+}

@@ -1,0 +1,143 @@
+//! Shared set-up for the integration tests: the local control plane started by
+//! `make cluster-up` (tests/cluster), never a mock.
+//!
+//! A test that needs the cluster fails with a clear message when it is missing; nothing skips.
+//! Test binaries run one after another (cargo test's default), which `operator_cli` relies on
+//! when it removes and reinstalls the CRD.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config, CustomResourceExt};
+use llmscaleoperator::api::LLMScaler;
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The admin kubeconfig of the local control plane.
+pub fn kubeconfig_path() -> PathBuf {
+    std::env::var_os("LLMSCALER_TEST_KUBECONFIG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/cluster/kubeconfig"))
+}
+
+/// The profile the running control plane was started with ("minimal" or "full").
+pub fn cluster_profile() -> String {
+    std::fs::read_to_string(repo_root().join("target/cluster/profile"))
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
+}
+
+pub async fn client() -> Client {
+    llmscaleoperator::tls::install_crypto_provider().unwrap();
+    let path = kubeconfig_path();
+    let kubeconfig = Kubeconfig::read_from(&path).unwrap_or_else(|e| {
+        panic!(
+            "no local control plane ({}: {e}); start one with `make cluster-up` (make test does)",
+            path.display()
+        )
+    });
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    let client = Client::try_from(config).unwrap();
+    client.apiserver_version().await.unwrap_or_else(|e| {
+        panic!("the local control plane does not answer ({e}); restart it with `make cluster-up`")
+    });
+    client
+}
+
+/// Polls `check` until it returns `Some`, or fails the test after `timeout` with `what`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Installs (or updates) the CRD generated from the types and waits until it is served.
+pub async fn ensure_crd(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let params = PatchParams::apply("llmscaleoperator-tests").force();
+    crds.patch(
+        LLMScaler::crd_name(),
+        &params,
+        &Patch::Apply(LLMScaler::crd()),
+    )
+    .await
+    .unwrap();
+    eventually(
+        "the LLMScaler CRD to be established",
+        Duration::from_secs(30),
+        || async {
+            let crd = crds.get(LLMScaler::crd_name()).await.ok()?;
+            let established = crd
+                .status?
+                .conditions?
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            established.then_some(())
+        },
+    )
+    .await;
+    // Established can precede the resource appearing in discovery by a moment.
+    let scalers: Api<LLMScaler> = Api::all(client.clone());
+    eventually(
+        "llmscalers to be served",
+        Duration::from_secs(30),
+        || async {
+            scalers
+                .list_metadata(&Default::default())
+                .await
+                .ok()
+                .map(|_| ())
+        },
+    )
+    .await;
+}
+
+/// A fresh namespace for one test, named after it.
+pub async fn namespace(client: &Client, prefix: &str) -> String {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(serde_json::json!({
+        "metadata": { "generateName": format!("{prefix}-") }
+    }))
+    .unwrap();
+    let created = namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    created.metadata.name.unwrap()
+}
+
+/// Deletes a test namespace (best effort: its contents go with it).
+pub async fn delete_namespace(client: &Client, name: &str) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let _ = namespaces.delete(name, &DeleteParams::default()).await;
+}
+
+/// Reads a YAML file of the repository.
+pub fn read_yaml<T: serde::de::DeserializeOwned>(relative: &str) -> T {
+    let path = repo_root().join(relative);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_norway::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
