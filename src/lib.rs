@@ -5,5 +5,6 @@
 
 pub mod api;
 pub mod controller;
+pub mod scaling;
 pub mod telemetry;
 pub mod tls;

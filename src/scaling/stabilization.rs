@@ -1,0 +1,172 @@
+//! Scale-down stabilization: hold the fleet at the highest recommendation of the last window.
+
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+/// One recommendation and when it was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    pub at: Timestamp,
+    pub replicas: i32,
+}
+
+/// Most entries kept (and persisted in status). Compaction below keeps the history within it
+/// without ever letting the fleet shrink earlier than the full history would have.
+pub const MAX_HISTORY: usize = 128;
+
+fn alive(entry: &Entry, window: SignedDuration, now: Timestamp) -> bool {
+    // An entry exactly `window` old has expired. One from the future (a leader with a skewed
+    // clock wrote it) still counts: holding is the safe side.
+    now.duration_since(entry.at) < window
+}
+
+/// The replica count to move to for `recommendation`, given where the fleet is (`current`) and
+/// the recent recommendations. Scale-up is never delayed; scale-down stops at the highest
+/// recommendation still inside the window, and never goes above `current`.
+pub fn stabilized(
+    recommendation: i32,
+    current: i32,
+    history: &[Entry],
+    window_seconds: i32,
+    now: Timestamp,
+) -> i32 {
+    if recommendation >= current || window_seconds <= 0 {
+        return recommendation;
+    }
+    let window = SignedDuration::from_secs(i64::from(window_seconds));
+    let held = history
+        .iter()
+        .filter(|e| alive(e, window, now))
+        .map(|e| e.replicas)
+        .max()
+        .unwrap_or(recommendation);
+    held.max(recommendation).min(current)
+}
+
+/// The history after recording `entry`: expired entries dropped, entries that can never again be
+/// the maximum dropped, and at most [`MAX_HISTORY`] entries kept.
+pub fn record(history: &[Entry], entry: Entry, window_seconds: i32) -> Vec<Entry> {
+    if window_seconds <= 0 {
+        return Vec::new();
+    }
+    let window = SignedDuration::from_secs(i64::from(window_seconds));
+    let mut kept: Vec<Entry> = Vec::with_capacity(history.len() + 1);
+    for e in history.iter().chain(std::iter::once(&entry)) {
+        if !alive(e, window, entry.at) {
+            continue;
+        }
+        // An older entry no larger than a newer one expires first, so it never decides anything.
+        while kept
+            .last()
+            .is_some_and(|last| last.replicas <= e.replicas && last.at <= e.at)
+        {
+            kept.pop();
+        }
+        kept.push(*e);
+    }
+    while kept.len() > MAX_HISTORY {
+        merge_closest_pair(&mut kept);
+    }
+    kept
+}
+
+/// Replaces the two neighbours closest in time by the older (larger) value living until the
+/// younger one's time: the max over any later window can only stay the same or grow, so
+/// compaction may hold the fleet a little longer, never release it early.
+fn merge_closest_pair(entries: &mut Vec<Entry>) {
+    let Some(i) = (0..entries.len().saturating_sub(1))
+        .min_by_key(|&i| entries[i + 1].at.duration_since(entries[i].at))
+    else {
+        return;
+    };
+    let merged = Entry {
+        at: entries[i + 1].at,
+        replicas: entries[i].replicas.max(entries[i + 1].replicas),
+    };
+    entries[i] = merged;
+    entries.remove(i + 1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(seconds: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + seconds).unwrap()
+    }
+
+    fn e(seconds: i64, replicas: i32) -> Entry {
+        Entry {
+            at: t(seconds),
+            replicas,
+        }
+    }
+
+    #[test]
+    fn scale_up_is_never_delayed() {
+        let history = [e(0, 2)];
+        assert_eq!(stabilized(9, 3, &history, 300, t(10)), 9);
+    }
+
+    #[test]
+    fn scale_down_holds_at_the_window_maximum() {
+        let history = [e(0, 6), e(100, 4)];
+        assert_eq!(stabilized(1, 6, &history, 300, t(200)), 6);
+        assert_eq!(stabilized(1, 6, &history, 300, t(350)), 4);
+        assert_eq!(stabilized(1, 6, &history, 300, t(450)), 1);
+    }
+
+    #[test]
+    fn an_entry_exactly_window_old_has_expired() {
+        let history = [e(0, 6)];
+        assert_eq!(stabilized(1, 6, &history, 300, t(299)), 6);
+        assert_eq!(stabilized(1, 6, &history, 300, t(300)), 1);
+    }
+
+    #[test]
+    fn never_holds_above_the_current_count() {
+        let history = [e(0, 10)];
+        assert_eq!(stabilized(2, 5, &history, 300, t(10)), 5);
+    }
+
+    #[test]
+    fn window_zero_is_off() {
+        let history = [e(0, 10)];
+        assert_eq!(stabilized(2, 5, &history, 0, t(1)), 2);
+        assert!(record(&history, e(1, 2), 0).is_empty());
+    }
+
+    #[test]
+    fn future_entries_count() {
+        assert_eq!(stabilized(1, 5, &[e(100, 5)], 60, t(0)), 5);
+    }
+
+    #[test]
+    fn record_prunes_expired_and_dominated_entries() {
+        let history = [e(0, 9), e(10, 5), e(20, 7)];
+        // At 305 the entry from 0 has expired; 5@10 is dominated by the younger 7@20.
+        assert_eq!(record(&history, e(305, 3), 300), vec![e(20, 7), e(305, 3)]);
+        // A new maximum dominates everything older.
+        assert_eq!(record(&history, e(30, 9), 300), vec![e(30, 9)]);
+    }
+
+    #[test]
+    fn record_stays_bounded_and_never_releases_early() {
+        let window = 3600;
+        let mut history = Vec::new();
+        // A slowly falling recommendation: every entry is a new, lower value.
+        for i in 0..1000 {
+            history = record(&history, e(i * 3, 2000 - i as i32), window);
+            assert!(history.len() <= MAX_HISTORY);
+        }
+        // Compare with the exact answer from the uncompacted history at later instants.
+        let exact: Vec<Entry> = (0..1000).map(|i| e(i * 3, 2000 - i as i32)).collect();
+        for now in [3000, 3600, 4000, 5000, 6000, 6600] {
+            let full = stabilized(0, 5000, &exact, window, t(now));
+            let compact = stabilized(0, 5000, &history, window, t(now));
+            assert!(
+                compact >= full,
+                "at {now}: compacted {compact} < exact {full}"
+            );
+        }
+    }
+}
