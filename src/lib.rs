@@ -6,5 +6,6 @@
 pub mod api;
 pub mod controller;
 pub mod scaling;
+pub mod signals;
 pub mod telemetry;
 pub mod tls;

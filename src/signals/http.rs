@@ -1,0 +1,137 @@
+//! The HTTP client shared by the signal sources: one connection pool, a timeout on every request,
+//! bounded response bodies, and user headers that never reach a log line.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use thiserror::Error;
+
+/// Largest response body read from a signal source. A PromQL result for one aggregated series is
+/// a few hundred bytes; anything near this is a query that forgot to aggregate.
+pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// Default per-request timeout.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Error)]
+pub enum HttpError {
+    #[error("cannot build the HTTP client: {0}")]
+    Build(#[source] reqwest::Error),
+    // Only the header's name: its value may be a credential.
+    #[error("serverHeaders: {name:?} is not a valid HTTP header name")]
+    HeaderName { name: String },
+    #[error("serverHeaders: the value of {name:?} is not a valid HTTP header value")]
+    HeaderValue { name: String },
+    #[error("request to {url} failed: {reason}")]
+    Transport { url: String, reason: String },
+    #[error("request to {url} timed out after {}s", timeout.as_secs())]
+    Timeout { url: String, timeout: Duration },
+    #[error("response from {url} is larger than {limit} bytes")]
+    TooLarge { url: String, limit: usize },
+}
+
+/// Builds the process-wide client. Redirects are not followed: a signal source that redirects
+/// is misconfigured, and following would resend the user's headers elsewhere.
+pub fn client() -> Result<reqwest::Client, HttpError> {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(REQUEST_TIMEOUT)
+        .connect_timeout(Duration::from_secs(5))
+        .build()
+        .map_err(HttpError::Build)
+}
+
+/// Turns spec.serverHeaders into request headers, each marked sensitive so that reqwest and
+/// hyper redact it from their Debug output.
+pub fn headers(spec: Option<&BTreeMap<String, String>>) -> Result<HeaderMap, HttpError> {
+    let mut map = HeaderMap::new();
+    for (name, value) in spec.into_iter().flatten() {
+        let header = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| HttpError::HeaderName { name: name.clone() })?;
+        let mut value = HeaderValue::from_str(value)
+            .map_err(|_| HttpError::HeaderValue { name: name.clone() })?;
+        value.set_sensitive(true);
+        map.insert(header, value);
+    }
+    Ok(map)
+}
+
+/// Sends `request` and reads at most [`MAX_BODY_BYTES`] of the answer.
+pub async fn send(
+    request: reqwest::RequestBuilder,
+    url: &str,
+) -> Result<(reqwest::StatusCode, Vec<u8>), HttpError> {
+    let transport = |e: reqwest::Error| {
+        if e.is_timeout() {
+            HttpError::Timeout {
+                url: url.to_owned(),
+                timeout: REQUEST_TIMEOUT,
+            }
+        } else {
+            HttpError::Transport {
+                url: url.to_owned(),
+                reason: describe(&e),
+            }
+        }
+    };
+    let mut response = request.send().await.map_err(transport)?;
+    let status = response.status();
+    if response
+        .content_length()
+        .is_some_and(|n| n > MAX_BODY_BYTES as u64)
+    {
+        return Err(HttpError::TooLarge {
+            url: url.to_owned(),
+            limit: MAX_BODY_BYTES,
+        });
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(transport)? {
+        if body.len() + chunk.len() > MAX_BODY_BYTES {
+            return Err(HttpError::TooLarge {
+                url: url.to_owned(),
+                limit: MAX_BODY_BYTES,
+            });
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok((status, body))
+}
+
+/// reqwest's Display stops at "error sending request"; the cause (connection refused, DNS) is
+/// what a user needs.
+fn describe(error: &reqwest::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_values_are_sensitive_and_errors_name_only_the_header() {
+        let spec = BTreeMap::from([("Authorization".to_owned(), "Bearer s3cret".to_owned())]);
+        let map = headers(Some(&spec)).unwrap();
+        assert!(map["authorization"].is_sensitive());
+        assert!(!format!("{map:?}").contains("s3cret"));
+
+        let bad = BTreeMap::from([("X-Token".to_owned(), "line\nbreak s3cret".to_owned())]);
+        let err = headers(Some(&bad)).unwrap_err().to_string();
+        assert!(err.contains("X-Token") && !err.contains("s3cret"), "{err}");
+        let bad = BTreeMap::from([("bad header".to_owned(), "v".to_owned())]);
+        assert!(
+            headers(Some(&bad))
+                .unwrap_err()
+                .to_string()
+                .contains("\"bad header\"")
+        );
+    }
+}

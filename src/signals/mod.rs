@@ -1,0 +1,4 @@
+//! Where the numbers come from: Prometheus queries and the shared HTTP plumbing under them.
+
+pub mod http;
+pub mod prometheus;
