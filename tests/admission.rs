@@ -413,3 +413,53 @@ async fn samples_and_scale_to_zero_are_accepted_with_defaults() {
 
     common::delete_namespace(&client, &ns).await;
 }
+
+/// What `kubectl explain llmscaler.spec.scaleDown` shows comes from the OpenAPI document the API
+/// server publishes for the CRD: every field there carries a description.
+#[tokio::test]
+async fn published_openapi_describes_every_scale_down_field() {
+    let client = common::client().await;
+    common::ensure_crd(&client).await;
+    let doc = common::eventually(
+        "the CRD's OpenAPI v3 document",
+        std::time::Duration::from_secs(60),
+        || async {
+            let request =
+                http::Request::get("/openapi/v3/apis/autoscaling.modelsphere.dev/v1alpha1")
+                    .body(Vec::new())
+                    .unwrap();
+            let text = client.request_text(request).await.ok()?;
+            let doc: Value = serde_json::from_str(&text).ok()?;
+            doc.pointer("/components/schemas/dev.modelsphere.autoscaling.v1alpha1.LLMScaler")
+                .is_some()
+                .then_some(doc)
+        },
+    )
+    .await;
+    let scaler = &doc["components"]["schemas"]["dev.modelsphere.autoscaling.v1alpha1.LLMScaler"];
+    let scale_down = &scaler["properties"]["spec"]["properties"]["scaleDown"];
+    let described = |v: &Value| v["description"].as_str().is_some_and(|d| d.len() > 20);
+    assert!(
+        described(scale_down),
+        "spec.scaleDown has no description: {scale_down}"
+    );
+    for field in [
+        "stabilizationWindowSeconds",
+        "maxStepReplicas",
+        "behavior",
+        "deletionCostQuery",
+    ] {
+        let property = &scale_down["properties"][field];
+        assert!(
+            described(property),
+            "spec.scaleDown.{field} has no description: {property}"
+        );
+    }
+    assert!(
+        scale_down["properties"]["behavior"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("pod-deletion-cost"),
+        "behavior explains the mechanism"
+    );
+}
