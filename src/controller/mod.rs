@@ -2,6 +2,7 @@
 
 mod preflight;
 mod reconcile;
+pub mod target;
 
 use std::sync::Arc;
 use std::time::Duration;

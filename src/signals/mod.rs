@@ -1,4 +1,5 @@
 //! Where the numbers come from: Prometheus queries and the shared HTTP plumbing under them.
 
+pub mod cache;
 pub mod http;
 pub mod prometheus;
