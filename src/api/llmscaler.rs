@@ -342,7 +342,7 @@ pub struct LLMScalerStatus {
 }
 
 /// The reading of one metric at the last sync.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct MetricStatus {
     /// The metric's name, or metric-N (its position) when it has none.
@@ -356,6 +356,10 @@ pub struct MetricStatus {
     /// Why the metric could not be read, when it could not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// When this reading was taken. A later sync that reads the same value leaves it alone, so
+    /// an unchanged metric does not rewrite the status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_at: Option<Time>,
 }
 
 /// Scale-down stabilization memory, tied to one incarnation of the scaler.

@@ -2,7 +2,10 @@
 
 mod preflight;
 mod reconcile;
+pub mod scale;
+pub mod status;
 pub mod target;
+pub mod targets;
 
 use std::sync::Arc;
 use std::time::Duration;

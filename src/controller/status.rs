@@ -1,0 +1,408 @@
+//! The LLMScaler status, rendered from one sync's outcome. Pure: the caller writes it, and only
+//! when it differs from what is stored.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+use crate::api::{LLMScalerStatus, MetricStatus, Recommendation, RecommendationHistory};
+use crate::scaling::{Decision, DeferReason, Entry, HoldReason, LimitReason, Reason, TargetState};
+
+pub const READY: &str = "Ready";
+pub const SCALING_ACTIVE: &str = "ScalingActive";
+pub const SCALING_LIMITED: &str = "ScalingLimited";
+pub const ROLLOUT_IN_PROGRESS: &str = "RolloutInProgress";
+
+/// What a sync ended with.
+pub enum Outcome<'a> {
+    /// The target was read and a decision made (whether or not it wrote anything).
+    Decided {
+        decision: &'a Decision,
+        target: &'a TargetState,
+        wrote: bool,
+    },
+    /// The sync stopped before a decision: `reason` is a CamelCase word, `message` the sentence.
+    Failed {
+        reason: &'static str,
+        message: String,
+    },
+}
+
+/// Identity of the scaler the status belongs to.
+pub struct Scaler<'a> {
+    pub uid: &'a str,
+    pub generation: Option<i64>,
+}
+
+/// The status after this sync.
+pub fn render(
+    previous: Option<&LLMScalerStatus>,
+    scaler: &Scaler<'_>,
+    outcome: &Outcome<'_>,
+    now: Timestamp,
+) -> LLMScalerStatus {
+    let mut status = previous.cloned().unwrap_or_default();
+    status.observed_generation = scaler.generation;
+    let mut set = |type_: &str, ok: bool, reason: &str, message: String| {
+        set_condition(
+            &mut status.conditions,
+            type_,
+            ok,
+            reason,
+            message,
+            scaler.generation,
+            now,
+        );
+    };
+    match outcome {
+        Outcome::Failed { reason, message } => {
+            set(READY, false, reason, message.clone());
+            set(SCALING_ACTIVE, false, reason, message.clone());
+        }
+        Outcome::Decided {
+            decision,
+            target,
+            wrote,
+        } => {
+            set(
+                READY,
+                true,
+                "Synced",
+                "the last sync read the target and its signal".to_owned(),
+            );
+            let (active, reason, message) = scaling_active(decision);
+            set(SCALING_ACTIVE, active, reason, message);
+            let (limited, reason, message) = scaling_limited(decision);
+            set(SCALING_LIMITED, limited, reason, message);
+            let (rolling, reason, message) = rollout(decision);
+            set(ROLLOUT_IN_PROGRESS, rolling, reason, message);
+
+            status.current_replicas = target.ready_replicas;
+            status.desired_replicas = decision.desired;
+            if *wrote {
+                status.last_scale_time = Some(Time(now));
+            }
+            status.current_metrics = metric_statuses(previous, decision, now);
+            status.recommendation_history = history(scaler.uid, &decision.history);
+        }
+    }
+    status
+}
+
+/// The stabilization history stored for `uid`; entries of another incarnation are ignored.
+pub fn stored_history(status: Option<&LLMScalerStatus>, uid: &str) -> Vec<Entry> {
+    status
+        .and_then(|s| s.recommendation_history.as_ref())
+        .filter(|h| h.uid == uid)
+        .map(|h| {
+            h.entries
+                .iter()
+                .map(|e| Entry {
+                    at: e.time.0,
+                    replicas: e.replicas,
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn history(uid: &str, entries: &[Entry]) -> Option<RecommendationHistory> {
+    (!entries.is_empty()).then(|| RecommendationHistory {
+        uid: uid.to_owned(),
+        entries: entries
+            .iter()
+            .map(|e| Recommendation {
+                time: Time(e.at),
+                replicas: e.replicas,
+            })
+            .collect(),
+    })
+}
+
+fn scaling_active(decision: &Decision) -> (bool, &'static str, String) {
+    for reason in &decision.reasons {
+        match reason {
+            Reason::Held(HoldReason::NoUsableMetric) => {
+                return (
+                    false,
+                    "NoUsableMetric",
+                    "no metric could be measured; the replica count is held".to_owned(),
+                );
+            }
+            Reason::Held(HoldReason::SignalUnavailable(why)) => {
+                return (
+                    false,
+                    "SignalUnavailable",
+                    format!("{why}; the replica count is held"),
+                );
+            }
+            _ => {}
+        }
+    }
+    let recommended = decision.recommendation.unwrap_or_default();
+    (
+        true,
+        "ValidMetric",
+        format!("the signal recommends {recommended} replicas"),
+    )
+}
+
+fn scaling_limited(decision: &Decision) -> (bool, &'static str, String) {
+    for reason in &decision.reasons {
+        match reason {
+            Reason::Limited(LimitReason::ClampedToMax { recommended, max }) => {
+                return (
+                    true,
+                    "TooManyReplicas",
+                    format!("{recommended} recommended, capped at maxReplicas {max}"),
+                );
+            }
+            Reason::Limited(LimitReason::ClampedToMin { recommended, min }) => {
+                return (
+                    true,
+                    "TooFewReplicas",
+                    format!("{recommended} recommended, raised to minReplicas {min}"),
+                );
+            }
+            _ => {}
+        }
+    }
+    (
+        false,
+        "DesiredWithinRange",
+        "the recommendation is within minReplicas and maxReplicas".to_owned(),
+    )
+}
+
+fn rollout(decision: &Decision) -> (bool, &'static str, String) {
+    for reason in &decision.reasons {
+        if let Reason::Deferred(DeferReason::Rollout(why)) = reason {
+            return (
+                true,
+                "RolloutInProgress",
+                format!("scaling waits for the rollout: {why}"),
+            );
+        }
+    }
+    (
+        false,
+        "NoRollout",
+        "the target is not mid-rollout".to_owned(),
+    )
+}
+
+fn metric_statuses(
+    previous: Option<&LLMScalerStatus>,
+    decision: &Decision,
+    now: Timestamp,
+) -> Vec<MetricStatus> {
+    decision
+        .metrics
+        .iter()
+        .map(|m| {
+            let value = m.value.map(format_value);
+            let recommended_replicas = m.recommendation.as_ref().ok().copied();
+            let error = m.recommendation.as_ref().err().map(ToString::to_string);
+            // Keep the earlier timestamp when nothing about the metric changed, so an unchanged
+            // reading does not rewrite the status.
+            let unchanged = previous.and_then(|p| {
+                p.current_metrics.iter().find(|old| {
+                    old.name == m.name
+                        && old.value == value
+                        && old.recommended_replicas == recommended_replicas
+                        && old.error == error
+                })
+            });
+            MetricStatus {
+                name: m.name.clone(),
+                measured_at: unchanged
+                    .and_then(|u| u.measured_at.clone())
+                    .or(Some(Time(now))),
+                value,
+                recommended_replicas,
+                error,
+            }
+        })
+        .collect()
+}
+
+/// Shortest decimal that reads back as the same number.
+pub fn format_value(value: f64) -> String {
+    format!("{value}")
+}
+
+/// Sets one condition, keeping lastTransitionTime when its status did not change.
+fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    let status = if ok { "True" } else { "False" }.to_owned();
+    let transition = conditions
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or(Time(now));
+    let condition = Condition {
+        type_: type_.to_owned(),
+        status,
+        reason: reason.to_owned(),
+        message,
+        observed_generation: generation,
+        last_transition_time: transition,
+    };
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(existing) => *existing = condition,
+        None => conditions.push(condition),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scaling::{Bounds, Input, MetricReading, ScaleDownPolicy, Signal, decide};
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + s).unwrap()
+    }
+
+    fn decided(value: f64, spec: i32, min: i32, max: i32) -> (Decision, TargetState) {
+        let target = TargetState {
+            spec_replicas: spec,
+            ready_replicas: spec,
+            rollout: None,
+        };
+        let d = decide(&Input {
+            signal: Signal::Ratio(vec![MetricReading {
+                name: "kv".into(),
+                value: Ok(value),
+                target: 1.0,
+            }]),
+            target: target.clone(),
+            bounds: Bounds { min, max },
+            scale_down: ScaleDownPolicy {
+                window_seconds: 60,
+                max_step: 0,
+            },
+            history: vec![],
+            now: t(0),
+        });
+        (d, target)
+    }
+
+    fn condition<'a>(s: &'a LLMScalerStatus, type_: &str) -> &'a Condition {
+        s.conditions.iter().find(|c| c.type_ == type_).unwrap()
+    }
+
+    #[test]
+    fn a_scale_up_fills_every_field() {
+        let (d, target) = decided(3.0, 1, 1, 2);
+        let scaler = Scaler {
+            uid: "u1",
+            generation: Some(4),
+        };
+        let s = render(
+            None,
+            &scaler,
+            &Outcome::Decided {
+                decision: &d,
+                target: &target,
+                wrote: true,
+            },
+            t(0),
+        );
+        assert_eq!(
+            (
+                s.current_replicas,
+                s.desired_replicas,
+                s.observed_generation
+            ),
+            (1, 2, Some(4))
+        );
+        assert_eq!(condition(&s, READY).status, "True");
+        assert_eq!(condition(&s, SCALING_ACTIVE).status, "True");
+        assert_eq!(condition(&s, SCALING_LIMITED).reason, "TooManyReplicas");
+        assert_eq!(condition(&s, ROLLOUT_IN_PROGRESS).status, "False");
+        assert_eq!(s.current_metrics[0].value.as_deref(), Some("3"));
+        assert_eq!(s.last_scale_time, Some(Time(t(0))));
+        assert_eq!(stored_history(Some(&s), "u1").len(), 1);
+        assert!(stored_history(Some(&s), "another-incarnation").is_empty());
+    }
+
+    #[test]
+    fn an_identical_sync_renders_an_identical_status() {
+        let (d, target) = decided(1.0, 1, 1, 5);
+        let scaler = Scaler {
+            uid: "u1",
+            generation: Some(1),
+        };
+        let first = render(
+            None,
+            &scaler,
+            &Outcome::Decided {
+                decision: &d,
+                target: &target,
+                wrote: false,
+            },
+            t(0),
+        );
+        let (d2, _) = decided(1.0, 1, 1, 5);
+        let mut d2 = d2;
+        d2.history = d.history.clone();
+        let second = render(
+            Some(&first),
+            &scaler,
+            &Outcome::Decided {
+                decision: &d2,
+                target: &target,
+                wrote: false,
+            },
+            t(15),
+        );
+        assert_eq!(first, second, "nothing changed, so nothing to write");
+    }
+
+    #[test]
+    fn a_failure_keeps_the_numbers_and_flips_conditions() {
+        let (d, target) = decided(2.0, 2, 1, 5);
+        let scaler = Scaler {
+            uid: "u1",
+            generation: Some(1),
+        };
+        let ok = render(
+            None,
+            &scaler,
+            &Outcome::Decided {
+                decision: &d,
+                target: &target,
+                wrote: false,
+            },
+            t(0),
+        );
+        let failed = render(
+            Some(&ok),
+            &scaler,
+            &Outcome::Failed {
+                reason: "TargetNotFound",
+                message: "Deployment vllm not found".into(),
+            },
+            t(10),
+        );
+        assert_eq!(failed.current_replicas, ok.current_replicas);
+        let ready = condition(&failed, READY);
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "TargetNotFound")
+        );
+        assert_eq!(ready.last_transition_time, Time(t(10)));
+        assert_eq!(condition(&failed, SCALING_ACTIVE).status, "False");
+        // A condition that kept its status keeps its transition time.
+        assert_eq!(
+            condition(&failed, SCALING_LIMITED).last_transition_time,
+            Time(t(0))
+        );
+    }
+}

@@ -1,0 +1,140 @@
+//! Watch caches of scale targets, one reflector per kind, started the first time a scaler
+//! points at that kind. A sync reads its target from memory instead of GETting it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use thiserror::Error;
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::TargetRef;
+
+/// How long a sync waits for a freshly started watch to list its kind.
+const SYNC_TIMEOUT: Duration = Duration::from_secs(20);
+
+#[derive(Debug, Error)]
+pub enum TargetLookupError {
+    #[error("targetRef: the API server does not serve kind {kind} in {api_version}")]
+    UnknownKind { api_version: String, kind: String },
+    #[error("targetRef: cannot discover {kind} in {api_version}: {source}")]
+    Discovery {
+        api_version: String,
+        kind: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("the watch of {kind} has not listed its objects within {}s", SYNC_TIMEOUT.as_secs())]
+    NotSynced { kind: String },
+}
+
+struct Watch {
+    resource: ApiResource,
+    store: Store<DynamicObject>,
+}
+
+/// The target caches of this process.
+pub struct TargetWatches {
+    client: Client,
+    namespace: Option<String>,
+    shutdown: CancellationToken,
+    watches: Mutex<HashMap<GroupVersionKind, Arc<Watch>>>,
+}
+
+impl TargetWatches {
+    pub fn new(client: Client, namespace: Option<String>, shutdown: CancellationToken) -> Self {
+        Self {
+            client,
+            namespace,
+            shutdown,
+            watches: Mutex::default(),
+        }
+    }
+
+    /// The target named by `target_ref` in `namespace`, or `None` if it does not exist.
+    pub async fn get(
+        &self,
+        target_ref: &TargetRef,
+        namespace: &str,
+    ) -> Result<(ApiResource, Option<Arc<DynamicObject>>), TargetLookupError> {
+        let watch = self.watch(target_ref).await?;
+        let synced = tokio::time::timeout(SYNC_TIMEOUT, watch.store.wait_until_ready()).await;
+        if !matches!(synced, Ok(Ok(()))) {
+            return Err(TargetLookupError::NotSynced {
+                kind: target_ref.kind.clone(),
+            });
+        }
+        let key = ObjectRef::new_with(&target_ref.name, watch.resource.clone()).within(namespace);
+        Ok((watch.resource.clone(), watch.store.get(&key)))
+    }
+
+    async fn watch(&self, target_ref: &TargetRef) -> Result<Arc<Watch>, TargetLookupError> {
+        let gvk = gvk(target_ref);
+        let mut watches = self.watches.lock().await;
+        if let Some(watch) = watches.get(&gvk) {
+            return Ok(watch.clone());
+        }
+        let (resource, _caps) = kube::discovery::pinned_kind(&self.client, &gvk)
+            .await
+            .map_err(|source| match source {
+                kube::Error::Api(status) if status.code == 404 => TargetLookupError::UnknownKind {
+                    api_version: target_ref.api_version.clone(),
+                    kind: target_ref.kind.clone(),
+                },
+                kube::Error::Discovery(_) => TargetLookupError::UnknownKind {
+                    api_version: target_ref.api_version.clone(),
+                    kind: target_ref.kind.clone(),
+                },
+                source => TargetLookupError::Discovery {
+                    api_version: target_ref.api_version.clone(),
+                    kind: target_ref.kind.clone(),
+                    source,
+                },
+            })?;
+        let api: Api<DynamicObject> = match &self.namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
+            None => Api::all_with(self.client.clone(), &resource),
+        };
+        let writer = reflector::store::Writer::new(resource.clone());
+        let store = writer.as_reader();
+        let stream = reflector::reflector(
+            writer,
+            watcher(api, watcher::Config::default().any_semantic())
+                .default_backoff()
+                // Nobody reads them, and on big fleets they are most of each object's size.
+                .modify(|o| o.managed_fields_mut().clear()),
+        );
+        let kind = resource.kind.clone();
+        let shutdown = self.shutdown.clone();
+        tokio::spawn(async move {
+            let run = stream.for_each(|event| {
+                if let Err(error) = event {
+                    tracing::warn!(%kind, %error, "target watch error; retrying");
+                }
+                futures::future::ready(())
+            });
+            tokio::select! {
+                () = run => {}
+                () = shutdown.cancelled() => {}
+            }
+        });
+        tracing::info!(kind = %resource.kind, api_version = %resource.api_version, "watching targets");
+        let watch = Arc::new(Watch { resource, store });
+        watches.insert(gvk, watch.clone());
+        Ok(watch)
+    }
+}
+
+fn gvk(target_ref: &TargetRef) -> GroupVersionKind {
+    let (group, version) = match target_ref.api_version.split_once('/') {
+        Some((group, version)) => (group, version),
+        None => ("", target_ref.api_version.as_str()),
+    };
+    GroupVersionKind::gvk(group, version, &target_ref.kind)
+}
