@@ -10,8 +10,9 @@ use kube::{Client, Config};
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
-use llmscaleoperator::controller::{self, PreflightError, Scope};
-use llmscaleoperator::telemetry::{self, Health, LogFormat, TelemetryError};
+use llmscaleoperator::controller::{self, PreflightError, Scope, Shared};
+use llmscaleoperator::signals::{self, cache::MetricCache, http::HttpError};
+use llmscaleoperator::telemetry::{self, Health, LogFormat, TelemetryError, metrics::Metrics};
 use llmscaleoperator::{api, tls};
 
 /// Autoscales LLM inference servers (vLLM and the like) on KV-cache use, queue depth or an
@@ -54,7 +55,7 @@ struct RunArgs {
     #[arg(long, env = "LLMSCALER_NAMESPACE")]
     namespace: Option<String>,
 
-    /// Address for the /healthz and /readyz probes.
+    /// Address for /healthz, /readyz and the operator's own /metrics.
     #[arg(long, env = "LLMSCALER_HEALTH_ADDRESS", default_value = "0.0.0.0:8081")]
     health_address: SocketAddr,
 
@@ -79,6 +80,8 @@ enum MainError {
     Config(String),
     #[error(transparent)]
     Preflight(#[from] PreflightError),
+    #[error(transparent)]
+    Http(#[from] HttpError),
     #[error("cannot start the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
 }
@@ -131,17 +134,25 @@ async fn run_async(args: RunArgs) -> Result<(), MainError> {
 
     let shutdown = CancellationToken::new();
     let health = Health::default();
+    let metrics = Metrics::default();
     let listener = telemetry::bind_health(args.health_address).await?;
     let health_server = tokio::spawn(telemetry::serve_health(
         listener,
         health.clone(),
+        metrics.clone(),
         shutdown.clone(),
     ));
     tokio::spawn(cancel_on_signal(shutdown.clone()));
 
     health.set_ready(true);
     tracing::info!(health = %args.health_address, "operator running");
-    controller::run(client, scope, shutdown.clone()).await;
+    let shared = Shared {
+        cache: MetricCache::default(),
+        metrics,
+        http: signals::http::client()?,
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    controller::run(client, scope, shared, shutdown.clone()).await;
     shutdown.cancel();
     if let Ok(Err(error)) = health_server.await {
         tracing::warn!(%error, "health server stopped with an error");

@@ -178,19 +178,38 @@ async fn missing_crd_is_a_clear_error_then_the_operator_runs_and_stops_on_ctrl_c
         (response.status() == 200).then_some(())
     })
     .await;
+    // Its Deployment does not exist here: the operator says so on the scaler instead of failing.
     common::eventually(
-        "the sample scaler to be reconciled",
+        "the sample scaler to report its missing target",
         Duration::from_secs(30),
         || async {
-            let seen = lines
-                .lock()
-                .unwrap()
-                .iter()
-                .any(|l| l.contains("observed LLMScaler") && l.contains("llmscaler-sample"));
-            seen.then_some(())
+            let scaler = scalers.get("llmscaler-sample").await.ok()?;
+            let ready = scaler
+                .status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "Ready")?;
+            (ready.status == "False"
+                && ready.reason == "TargetNotFound"
+                && ready.message.contains("Deployment vllm-opt-125m not found"))
+            .then_some(())
         },
     )
     .await;
+    let metrics = http
+        .get(format!("http://127.0.0.1:{port}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(&format!(
+            r#"llmscaler_syncs_total{{namespace="{ns}",scaler="llmscaler-sample",result="failed"}}"#
+        )),
+        "{metrics}"
+    );
 
     let pid = child.id().to_string();
     assert!(

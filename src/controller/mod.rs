@@ -1,5 +1,6 @@
 //! Everything that talks to the cluster on behalf of an LLMScaler.
 
+pub mod events;
 mod preflight;
 mod reconcile;
 pub mod scale;
@@ -11,18 +12,27 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::runtime::{Controller, watcher};
-use kube::{Api, Client};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::{Controller, WatchStreamExt, predicates, reflector, watcher};
+use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::LLMScaler;
+use crate::signals::cache::{MetricCache, ScalerKey};
+use crate::telemetry::metrics::Metrics;
 
 pub use preflight::{PreflightError, preflight};
 pub use reconcile::ReconcileError;
 
-/// What every reconcile needs, built once at start-up.
+/// What every sync needs, built once at start-up.
 pub struct Context {
     pub client: Client,
+    /// One pool for every signal source.
+    pub http: reqwest::Client,
+    pub targets: targets::TargetWatches,
+    pub cache: MetricCache,
+    pub recorder: Recorder,
+    pub metrics: Metrics,
 }
 
 /// Which LLMScalers this process is responsible for.
@@ -41,11 +51,52 @@ impl Scope {
     }
 }
 
+/// The pieces shared with the rest of the process.
+pub struct Shared {
+    pub cache: MetricCache,
+    pub metrics: Metrics,
+    pub http: reqwest::Client,
+    /// Reported as the instance of every event (the pod name in a cluster).
+    pub instance: Option<String>,
+}
+
 /// Runs the LLMScaler controller until `shutdown` fires.
-pub async fn run(client: Client, scope: Scope, shutdown: CancellationToken) {
+pub async fn run(client: Client, scope: Scope, shared: Shared, shutdown: CancellationToken) {
     let scalers = scope.scalers(client.clone());
-    let ctx = Arc::new(Context { client });
-    Controller::new(scalers, watcher::Config::default().any_semantic())
+    let reporter = Reporter {
+        controller: "llmscaleoperator".to_owned(),
+        instance: shared.instance,
+    };
+    let ctx = Arc::new(Context {
+        targets: targets::TargetWatches::new(
+            client.clone(),
+            scope.namespace.clone(),
+            shutdown.clone(),
+        ),
+        recorder: Recorder::new(client.clone(), reporter),
+        http: shared.http,
+        cache: shared.cache,
+        metrics: shared.metrics,
+        client,
+    });
+
+    let (reader, writer) = reflector::store();
+    let forget = ctx.clone();
+    let stream = reflector::reflector(
+        writer,
+        watcher(scalers, watcher::Config::default().any_semantic()),
+    )
+    .default_backoff()
+    .inspect(move |event| {
+        if let Ok(watcher::Event::Delete(scaler)) = event {
+            forget_scaler(&forget, scaler);
+        }
+    })
+    .applied_objects()
+    // Our own status writes do not change the generation, so they do not trigger a sync.
+    .predicate_filter(predicates::generation, Default::default());
+
+    Controller::for_stream(stream, reader)
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|result| async move {
@@ -54,6 +105,17 @@ pub async fn run(client: Client, scope: Scope, shutdown: CancellationToken) {
             }
         })
         .await;
+}
+
+fn forget_scaler(ctx: &Context, scaler: &LLMScaler) {
+    let namespace = scaler.namespace().unwrap_or_default();
+    let name = scaler.name_any();
+    ctx.cache.remove(&ScalerKey {
+        namespace: namespace.clone(),
+        name: name.clone(),
+    });
+    ctx.metrics.forget(&namespace, &name);
+    tracing::info!(scaler = %name, namespace = %namespace, "LLMScaler deleted");
 }
 
 /// Upper bound on any single start-up call to the API server.

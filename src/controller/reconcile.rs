@@ -1,40 +1,362 @@
-//! One reconcile of one LLMScaler.
+//! One sync of one LLMScaler: observe, decide (pure), act, report.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use kube::ResourceExt;
+use futures::future::join_all;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
 use thiserror::Error;
 
-use super::Context;
-use crate::api::LLMScaler;
+use super::events::{self, Note};
+use super::status::{self, Outcome, Scaler};
+use super::targets::TargetLookupError;
+use super::{Context, scale, target};
+use crate::api::validation::parse_target;
+use crate::api::{LLMScaler, LLMScalerStatus, MetricProvider};
+use crate::scaling::{
+    Bounds, Decision, Input, MetricReading, Reason, ScaleDownPolicy, Signal, SkipReason, decide,
+};
+use crate::signals::cache::{CachedMetric, ScalerKey, ScalerSnapshot};
+use crate::signals::{http, prometheus};
+use crate::telemetry::metrics::{MetricLabels, ScaleLabels, ScalerLabels, SyncLabels};
 
 #[derive(Debug, Error)]
 pub enum ReconcileError {
     #[error("LLMScaler has no namespace")]
     NoNamespace,
+    #[error("cannot write the status: {0}")]
+    Status(#[source] kube::Error),
 }
 
-/// Observes the scaler and schedules its next sync. The scaling decision itself is made by the
-/// pure core once it exists; until then a sync only records that the scaler was seen.
+/// Why a sync stopped before deciding; each becomes a condition reason and an event.
+struct Failure {
+    reason: &'static str,
+    message: String,
+}
+
+/// Syncs one scaler. Failures the user can fix (a missing target, an unreadable spec) are
+/// reported on the scaler and retried after retryPeriodSeconds; they are not errors here.
 pub async fn reconcile(
     scaler: Arc<LLMScaler>,
-    _ctx: Arc<Context>,
+    ctx: Arc<Context>,
 ) -> Result<Action, ReconcileError> {
+    let started = Instant::now();
     let namespace = scaler.namespace().ok_or(ReconcileError::NoNamespace)?;
+    let name = scaler.name_any();
+    let labels = ScalerLabels {
+        namespace: namespace.clone(),
+        scaler: name.clone(),
+    };
+    let now = Timestamp::now();
+
+    let (result, action) = match sync(&scaler, &ctx, &namespace, now).await {
+        Ok((decision, target, wrote)) => {
+            let outcome = Outcome::Decided {
+                decision: &decision,
+                target: &target,
+                wrote,
+            };
+            write_status(&ctx, &scaler, &outcome, now).await?;
+            let notes = events::decision_notes(&scaler, &decision, &target);
+            events::publish(&ctx.recorder, &scaler, &notes).await;
+            record(&ctx, &scaler, &namespace, &decision, &target, now);
+            let result = sync_result(&decision, wrote);
+            (
+                result,
+                Action::requeue(period(scaler.spec.sync_period_seconds)),
+            )
+        }
+        Err(failure) => {
+            tracing::warn!(scaler = %name, namespace = %namespace, reason = failure.reason, message = %failure.message, "sync failed");
+            let outcome = Outcome::Failed {
+                reason: failure.reason,
+                message: failure.message.clone(),
+            };
+            write_status(&ctx, &scaler, &outcome, now).await?;
+            let note = Note {
+                warning: true,
+                reason: failure.reason,
+                message: failure.message,
+            };
+            events::publish(&ctx.recorder, &scaler, &[note]).await;
+            (
+                "failed",
+                Action::requeue(period(scaler.spec.retry_period_seconds)),
+            )
+        }
+    };
+    if scaler.spec.preemption.is_some() {
+        let note = Note {
+            warning: false,
+            reason: "PreemptionIgnored",
+            message: "spec.preemption is accepted but has no effect yet".to_owned(),
+        };
+        events::publish(&ctx.recorder, &scaler, &[note]).await;
+    }
+    ctx.metrics
+        .syncs
+        .get_or_create(&SyncLabels {
+            namespace,
+            scaler: name,
+            result: result.to_owned(),
+        })
+        .inc();
+    ctx.metrics
+        .sync_duration
+        .get_or_create(&labels)
+        .observe(started.elapsed().as_secs_f64());
+    Ok(action)
+}
+
+/// Observe, decide, act. Returns the decision, the target as observed, and whether it wrote.
+async fn sync(
+    scaler: &LLMScaler,
+    ctx: &Context,
+    namespace: &str,
+    now: Timestamp,
+) -> Result<(Decision, crate::scaling::TargetState, bool), Failure> {
     let spec = &scaler.spec;
-    tracing::info!(
-        scaler = %scaler.name_any(),
-        namespace = %namespace,
-        target.kind = %spec.target_ref.kind,
-        target.name = %spec.target_ref.name,
-        provider = ?spec.metric_provider,
-        min = spec.min_replicas,
-        max = spec.max_replicas,
-        "observed LLMScaler"
+    let target_ref = &spec.target_ref;
+    let (resource, object) = ctx
+        .targets
+        .get(target_ref, namespace)
+        .await
+        .map_err(|e| Failure {
+            reason: match e {
+                TargetLookupError::UnknownKind { .. } => "UnknownTargetKind",
+                _ => "TargetUnavailable",
+            },
+            message: e.to_string(),
+        })?;
+    let object = object.ok_or_else(|| Failure {
+        reason: "TargetNotFound",
+        message: format!(
+            "{} {} not found in namespace {namespace}",
+            target_ref.kind, target_ref.name
+        ),
+    })?;
+    let observed =
+        target::snapshot(&target_ref.kind, &target_ref.api_version, &object).map_err(|e| {
+            Failure {
+                reason: "InvalidTarget",
+                message: e.to_string(),
+            }
+        })?;
+
+    let signal = match spec.metric_provider {
+        MetricProvider::Prometheus => Signal::Ratio(read_metrics(scaler, ctx, namespace).await?),
+        MetricProvider::Custom => Signal::Absolute(Err(
+            "the Custom metric provider is not available in this version".to_owned(),
+        )),
+    };
+    let uid = scaler.uid().unwrap_or_default();
+    let input = Input {
+        signal,
+        target: observed.clone(),
+        bounds: Bounds {
+            min: spec.min_replicas,
+            max: spec.max_replicas,
+        },
+        scale_down: ScaleDownPolicy {
+            window_seconds: spec.scale_down.stabilization_window_seconds,
+            max_step: spec.scale_down.max_step_replicas,
+        },
+        history: status::stored_history(scaler.status.as_ref(), &uid),
+        now,
+    };
+    let decision = decide(&input);
+
+    let mut wrote = false;
+    if let Some(replicas) = decision.write {
+        scale::write_replicas(
+            &ctx.client,
+            &resource,
+            namespace,
+            &target_ref.name,
+            replicas,
+        )
+        .await
+        .map_err(|e| Failure {
+            reason: "ScaleFailed",
+            message: format!(
+                "cannot set spec.replicas of {} {} to {replicas}: {e}",
+                target_ref.kind, target_ref.name
+            ),
+        })?;
+        wrote = true;
+        tracing::info!(
+            scaler = %scaler.name_any(), namespace, target = %target_ref.name,
+            from = observed.spec_replicas, to = replicas, desired = decision.desired,
+            "scaled"
+        );
+    }
+    Ok((decision, observed, wrote))
+}
+
+/// Queries every metric of the scaler concurrently. A metric that cannot be read becomes a
+/// skipped reading with its reason; only a spec the controller cannot use at all fails the sync.
+async fn read_metrics(
+    scaler: &LLMScaler,
+    ctx: &Context,
+    namespace: &str,
+) -> Result<Vec<MetricReading>, Failure> {
+    let spec = &scaler.spec;
+    let headers = http::headers(spec.server_headers.as_ref()).map_err(|e| Failure {
+        reason: "InvalidSpec",
+        message: e.to_string(),
+    })?;
+    let metrics = spec.metrics.as_deref().unwrap_or_default();
+    let queries = metrics.iter().enumerate().map(|(i, metric)| {
+        let headers = &headers;
+        async move {
+            let name = metric.name.clone().unwrap_or_else(|| format!("metric-{i}"));
+            let target = match parse_target(&metric.target) {
+                Ok(t) => t,
+                Err(e) => {
+                    return MetricReading {
+                        name,
+                        value: Err(SkipReason::Unavailable(format!("metrics[{i}].target: {e}"))),
+                        target: f64::NAN,
+                    };
+                }
+            };
+            let started = Instant::now();
+            let value =
+                prometheus::query_value(&ctx.http, &spec.server_address, headers, &metric.query)
+                    .await;
+            ctx.metrics.observe_query(
+                MetricLabels {
+                    namespace: namespace.to_owned(),
+                    scaler: scaler.name_any(),
+                    metric: name.clone(),
+                },
+                started.elapsed(),
+                value.as_ref().is_ok_and(|v| v.is_finite()),
+            );
+            MetricReading {
+                name,
+                value: value.map_err(|e| SkipReason::Unavailable(e.to_string())),
+                target,
+            }
+        }
+    });
+    Ok(join_all(queries).await)
+}
+
+/// Writes the status if, and only if, it changed.
+async fn write_status(
+    ctx: &Context,
+    scaler: &LLMScaler,
+    outcome: &Outcome<'_>,
+    now: Timestamp,
+) -> Result<(), ReconcileError> {
+    let uid = scaler.uid().unwrap_or_default();
+    let identity = Scaler {
+        uid: &uid,
+        generation: scaler.meta().generation,
+    };
+    let rendered: LLMScalerStatus = status::render(scaler.status.as_ref(), &identity, outcome, now);
+    if scaler.status.as_ref() == Some(&rendered) {
+        return Ok(());
+    }
+    let namespace = scaler.namespace().unwrap_or_default();
+    let api: Api<LLMScaler> = Api::namespaced(ctx.client.clone(), &namespace);
+    let patch = json!({ "status": rendered });
+    api.patch_status(
+        &scaler.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map_err(ReconcileError::Status)?;
+    Ok(())
+}
+
+/// Feeds the shared cache and the operator's gauges from the decision.
+fn record(
+    ctx: &Context,
+    scaler: &LLMScaler,
+    namespace: &str,
+    decision: &Decision,
+    target: &crate::scaling::TargetState,
+    now: Timestamp,
+) {
+    let name = scaler.name_any();
+    let labels = ScalerLabels {
+        namespace: namespace.to_owned(),
+        scaler: name.clone(),
+    };
+    ctx.metrics
+        .desired_replicas
+        .get_or_create(&labels)
+        .set(i64::from(decision.desired));
+    ctx.metrics
+        .current_replicas
+        .get_or_create(&labels)
+        .set(i64::from(target.ready_replicas));
+    if let Some(written) = decision.write {
+        let direction = if written > target.spec_replicas {
+            "up"
+        } else {
+            "down"
+        };
+        ctx.metrics
+            .scale_events
+            .get_or_create(&ScaleLabels {
+                namespace: namespace.to_owned(),
+                scaler: name.clone(),
+                direction: direction.to_owned(),
+            })
+            .inc();
+    }
+    let metrics = decision
+        .metrics
+        .iter()
+        .map(|m| CachedMetric {
+            name: m.name.clone(),
+            value: m.value,
+            measured_at: now,
+            recommendation: m.recommendation.as_ref().ok().copied(),
+            error: m.recommendation.as_ref().err().map(ToString::to_string),
+        })
+        .collect();
+    ctx.cache.update(
+        ScalerKey {
+            namespace: namespace.to_owned(),
+            name,
+        },
+        ScalerSnapshot {
+            uid: scaler.uid().unwrap_or_default(),
+            metrics,
+            current_replicas: target.ready_replicas,
+            desired_replicas: decision.desired,
+            synced_at: now,
+        },
     );
-    Ok(Action::requeue(period(spec.sync_period_seconds)))
+}
+
+fn sync_result(decision: &Decision, wrote: bool) -> &'static str {
+    if wrote {
+        "scaled"
+    } else if decision
+        .reasons
+        .iter()
+        .any(|r| matches!(r, Reason::Held(_)))
+    {
+        "held"
+    } else if decision
+        .reasons
+        .iter()
+        .any(|r| matches!(r, Reason::Deferred(_)))
+    {
+        "deferred"
+    } else {
+        "unchanged"
+    }
 }
 
 pub fn error_policy(scaler: Arc<LLMScaler>, error: &ReconcileError, _ctx: Arc<Context>) -> Action {

@@ -1,65 +1,16 @@
-//! Logging and the health endpoints that kubelet probes.
+//! /healthz, /readyz and /metrics on one listener.
 
-use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use axum::{Router, extract::State, http::StatusCode, routing::get};
-use thiserror::Error;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::{Router, extract::State, routing::get};
 use tokio_util::sync::CancellationToken;
-use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
-#[derive(Debug, Error)]
-pub enum TelemetryError {
-    #[error("invalid log filter {filter:?}: {source}")]
-    Filter {
-        filter: String,
-        #[source]
-        source: tracing_subscriber::filter::ParseError,
-    },
-    #[error("cannot install the log subscriber: {0}")]
-    Install(#[from] tracing_subscriber::util::TryInitError),
-    #[error("cannot listen for health probes on {addr}: {source}")]
-    Bind {
-        addr: SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("health server failed: {0}")]
-    Serve(#[source] std::io::Error),
-}
-
-/// How log lines are written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line, for log collectors.
-    Json,
-}
-
-/// Installs the global tracing subscriber. `RUST_LOG`, when set, overrides `level`.
-pub fn init_logging(format: LogFormat, level: &str) -> Result<(), TelemetryError> {
-    let filter = match std::env::var("RUST_LOG") {
-        Ok(env) if !env.is_empty() => env,
-        _ => level.to_owned(),
-    };
-    let filter = EnvFilter::try_new(&filter).map_err(|source| TelemetryError::Filter {
-        filter: filter.clone(),
-        source,
-    })?;
-    let registry = tracing_subscriber::registry().with(filter);
-    match format {
-        LogFormat::Text => registry
-            .with(fmt::layer().with_ansi(std::io::stdout().is_terminal()))
-            .try_init()?,
-        LogFormat::Json => registry
-            .with(fmt::layer().json().flatten_event(true))
-            .try_init()?,
-    }
-    Ok(())
-}
+use super::TelemetryError;
+use super::metrics::Metrics;
 
 /// Readiness as seen by the probes: live as soon as the process serves, ready once the
 /// controller has started.
@@ -78,33 +29,59 @@ impl Health {
     }
 }
 
-/// Binds the health listener. Separate from serving so a taken port fails start-up loudly.
+#[derive(Clone)]
+struct AppState {
+    health: Health,
+    metrics: Metrics,
+}
+
+/// Binds the listener. Separate from serving so a taken port fails start-up loudly.
 pub async fn bind_health(addr: SocketAddr) -> Result<tokio::net::TcpListener, TelemetryError> {
     tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| TelemetryError::Bind { addr, source })
 }
 
-/// Serves /healthz and /readyz until `shutdown` fires.
+/// Serves the probes and /metrics until `shutdown` fires.
 pub async fn serve_health(
     listener: tokio::net::TcpListener,
     health: Health,
+    metrics: Metrics,
     shutdown: CancellationToken,
 ) -> Result<(), TelemetryError> {
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .with_state(health);
+        .route("/metrics", get(metrics_text))
+        .with_state(AppState { health, metrics });
     axum::serve(listener, app)
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await
         .map_err(TelemetryError::Serve)
 }
 
-async fn readyz(State(health): State<Health>) -> (StatusCode, &'static str) {
-    if health.is_ready() {
+async fn readyz(State(state): State<AppState>) -> (StatusCode, &'static str) {
+    if state.health.is_ready() {
         (StatusCode::OK, "ok")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    }
+}
+
+async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
+    match state.metrics.encode() {
+        Ok(body) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            body,
+        )
+            .into_response(),
+        Err(error) => {
+            tracing::warn!(%error, "cannot encode metrics");
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
     }
 }

@@ -1,0 +1,178 @@
+//! Kubernetes events (events.k8s.io) for every scale and every held sync, rendered from the
+//! sync's Decision. The kube Recorder folds repeats into one event with a growing count.
+
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Resource, ResourceExt};
+
+use crate::api::{LLMScaler, MetricProvider};
+use crate::scaling::{Decision, DeferReason, HoldReason, LimitReason, Reason, TargetState};
+
+/// One event to publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    pub warning: bool,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Note {
+    fn normal(reason: &'static str, message: String) -> Self {
+        Self {
+            warning: false,
+            reason,
+            message,
+        }
+    }
+
+    fn warning(reason: &'static str, message: String) -> Self {
+        Self {
+            warning: true,
+            reason,
+            message,
+        }
+    }
+}
+
+/// The events of a sync that reached a decision.
+pub fn decision_notes(scaler: &LLMScaler, decision: &Decision, target: &TargetState) -> Vec<Note> {
+    let target_name = format!(
+        "{}/{}",
+        scaler.spec.target_ref.kind, scaler.spec.target_ref.name
+    );
+    let mut notes = Vec::new();
+
+    if scaler.spec.metric_provider == MetricProvider::Prometheus {
+        let queries = scaler.spec.metrics.as_deref().unwrap_or_default();
+        for (metric, spec) in decision.metrics.iter().zip(queries) {
+            if let Err(why) = &metric.recommendation {
+                notes.push(Note::warning(
+                    "MetricSkipped",
+                    format!(
+                        "metric {} skipped this sync: {why} (query: {})",
+                        metric.name, spec.query
+                    ),
+                ));
+            }
+        }
+    }
+
+    if let Some(written) = decision.write {
+        let mut message = format!(
+            "scaled {target_name} from {} to {written}",
+            target.spec_replicas
+        );
+        if let Some(driver) = driver(decision) {
+            message.push_str(&format!(" ({driver})"));
+        }
+        if written != decision.desired {
+            message.push_str(&format!(", on the way to {}", decision.desired));
+        }
+        notes.push(Note::normal(
+            if written > target.spec_replicas {
+                "ScaledUp"
+            } else {
+                "ScaledDown"
+            },
+            message,
+        ));
+    }
+
+    for reason in &decision.reasons {
+        let note = match reason {
+            Reason::Held(HoldReason::NoUsableMetric) => Note::warning(
+                "ScalingHeld",
+                format!(
+                    "no metric could be measured; {target_name} stays at {}",
+                    target.spec_replicas
+                ),
+            ),
+            Reason::Held(HoldReason::SignalUnavailable(why)) => Note::warning(
+                "ScalingHeld",
+                format!("{why}; {target_name} stays at {}", target.spec_replicas),
+            ),
+            Reason::Deferred(DeferReason::Rollout(why)) => Note::normal(
+                "ScalingDeferred",
+                format!(
+                    "{target_name} is mid-rollout ({why}); scaling to {} waits",
+                    decision.desired
+                ),
+            ),
+            Reason::Deferred(DeferReason::NotSettled { ready, spec }) => Note::normal(
+                "ScalingDeferred",
+                format!(
+                    "scale-down to {} waits until all {spec} replicas are ready ({ready} are)",
+                    decision.desired
+                ),
+            ),
+            Reason::Limited(LimitReason::Stabilized {
+                recommended,
+                held_at,
+                window_seconds,
+            }) if decision.write.is_none() => Note::normal(
+                "ScaleDownStabilized",
+                format!(
+                    "{recommended} recommended; held at {held_at}, the highest recommendation of the last {window_seconds}s"
+                ),
+            ),
+            _ => continue,
+        };
+        notes.push(note);
+    }
+    notes
+}
+
+/// "kv-cache recommended 4" for the metric with the largest recommendation.
+fn driver(decision: &Decision) -> Option<String> {
+    decision
+        .metrics
+        .iter()
+        .filter_map(|m| m.recommendation.as_ref().ok().map(|r| (r, m)))
+        .max_by_key(|(r, _)| **r)
+        .map(|(r, m)| match m.value {
+            Some(v) => format!("metric {} = {v} recommended {r}", m.name),
+            None => format!("metric {} recommended {r}", m.name),
+        })
+}
+
+/// Publishes `notes` against the scaler; a failure to publish is logged, never fatal.
+pub async fn publish(recorder: &Recorder, scaler: &LLMScaler, notes: &[Note]) {
+    let reference = scaler.object_ref(&());
+    for note in notes {
+        let event = Event {
+            type_: if note.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: note.reason.to_owned(),
+            note: Some(truncate(&note.message, 1000)),
+            action: "Sync".to_owned(),
+            secondary: None,
+        };
+        if let Err(error) = recorder.publish(&event, &reference).await {
+            tracing::warn!(scaler = %scaler.name_any(), reason = note.reason, %error, "cannot publish event");
+        }
+    }
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncates_on_a_char_boundary() {
+        assert_eq!(truncate("abc", 5), "abc");
+        assert_eq!(truncate("ééé", 3), "é…");
+    }
+}
