@@ -26,6 +26,14 @@ if [ "$started_cluster" = 1 ] && [ "${KEEP_CLUSTER:-0}" != 1 ]; then
 fi
 
 step "cargo test"
-cargo test --locked --no-fail-fast
+log=$(mktemp)
+status=0
+cargo test --locked --no-fail-fast 2>&1 | tee "$log" || status=$?
+passed=$(grep -Eo '^test result: [A-Za-z]+\. [0-9]+ passed' "$log" | awk '{s += $4} END {print s + 0}')
+failed=$(grep -Eo '[0-9]+ failed;' "$log" | awk '{s += $1} END {print s + 0}')
+rm -f "$log"
 
 step "done"
+# One closing line for the whole suite (cargo prints one per test binary).
+echo "$passed passed, $failed failed"
+exit "$status"
