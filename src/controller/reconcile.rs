@@ -71,7 +71,7 @@ pub async fn reconcile(
             )
         }
         Err(failure) => {
-            tracing::warn!(scaler = %name, namespace = %namespace, reason = failure.reason, message = %failure.message, "sync failed");
+            tracing::warn!(scaler = %name, namespace = %namespace, reason = failure.reason, detail = %failure.message, "sync failed");
             let outcome = Outcome::Failed {
                 reason: failure.reason,
                 message: failure.message.clone(),

@@ -37,6 +37,10 @@ pub enum TargetLookupError {
 struct Watch {
     resource: ApiResource,
     store: Store<DynamicObject>,
+    /// Flips to true once the first list has been applied to `store`. Our own signal rather than
+    /// `Store::wait_until_ready`, which was seen to leave one of several concurrent waiters
+    /// asleep until its timeout.
+    synced: tokio::sync::watch::Receiver<bool>,
 }
 
 /// The target caches of this process.
@@ -64,8 +68,9 @@ impl TargetWatches {
         namespace: &str,
     ) -> Result<(ApiResource, Option<Arc<DynamicObject>>), TargetLookupError> {
         let watch = self.watch(target_ref).await?;
-        let synced = tokio::time::timeout(SYNC_TIMEOUT, watch.store.wait_until_ready()).await;
-        if !matches!(synced, Ok(Ok(()))) {
+        let mut synced = watch.synced.clone();
+        let synced = tokio::time::timeout(SYNC_TIMEOUT, synced.wait_for(|ready| *ready)).await;
+        if !matches!(synced, Ok(Ok(_))) {
             return Err(TargetLookupError::NotSynced {
                 kind: target_ref.kind.clone(),
             });
@@ -112,10 +117,16 @@ impl TargetWatches {
         );
         let kind = resource.kind.clone();
         let shutdown = self.shutdown.clone();
+        let (synced_tx, synced) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
             let run = stream.for_each(|event| {
-                if let Err(error) = event {
-                    tracing::warn!(%kind, %error, "target watch error; retrying");
+                match event {
+                    // The reflector has applied the event to the store before passing it on.
+                    Ok(watcher::Event::InitDone) => {
+                        synced_tx.send_replace(true);
+                    }
+                    Ok(_) => {}
+                    Err(error) => tracing::warn!(%kind, %error, "target watch error; retrying"),
                 }
                 futures::future::ready(())
             });
@@ -125,7 +136,7 @@ impl TargetWatches {
             }
         });
         tracing::info!(kind = %resource.kind, api_version = %resource.api_version, "watching targets");
-        let watch = Arc::new(Watch { resource, store });
+        let watch = Arc::new(Watch { resource, store, synced });
         watches.insert(gvk, watch.clone());
         Ok(watch)
     }
