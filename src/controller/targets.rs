@@ -136,7 +136,11 @@ impl TargetWatches {
             }
         });
         tracing::info!(kind = %resource.kind, api_version = %resource.api_version, "watching targets");
-        let watch = Arc::new(Watch { resource, store, synced });
+        let watch = Arc::new(Watch {
+            resource,
+            store,
+            synced,
+        });
         watches.insert(gvk, watch.clone());
         Ok(watch)
     }

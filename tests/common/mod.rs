@@ -141,3 +141,60 @@ pub fn read_yaml<T: serde::de::DeserializeOwned>(relative: &str) -> T {
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_norway::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
+
+pub mod prometheus;
+
+/// The controller running in this test process, scoped to one namespace; stopped when dropped.
+pub struct Operator {
+    shutdown: tokio_util::sync::CancellationToken,
+    task: Option<tokio::task::JoinHandle<()>>,
+    pub cache: llmscaleoperator::signals::cache::MetricCache,
+    pub metrics: llmscaleoperator::telemetry::metrics::Metrics,
+}
+
+impl Operator {
+    pub fn start(client: &Client, namespace: &str) -> Self {
+        use llmscaleoperator::controller::{self, Scope, Shared};
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let cache = llmscaleoperator::signals::cache::MetricCache::default();
+        let metrics = llmscaleoperator::telemetry::metrics::Metrics::default();
+        let shared = Shared {
+            cache: cache.clone(),
+            metrics: metrics.clone(),
+            http: llmscaleoperator::signals::http::client().unwrap(),
+            instance: Some(format!("test-{namespace}")),
+        };
+        let scope = Scope {
+            namespace: Some(namespace.to_owned()),
+        };
+        let task = tokio::spawn(controller::run(
+            client.clone(),
+            scope,
+            shared,
+            shutdown.clone(),
+        ));
+        Self {
+            shutdown,
+            task: Some(task),
+            cache,
+            metrics,
+        }
+    }
+
+    /// Stops the controller and waits until it has.
+    pub async fn stop(mut self) {
+        self.shutdown.cancel();
+        if let Some(task) = self.task.take() {
+            tokio::time::timeout(Duration::from_secs(30), task)
+                .await
+                .unwrap()
+                .unwrap();
+        }
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}

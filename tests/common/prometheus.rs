@@ -1,0 +1,196 @@
+//! A real Prometheus (Debian's package) scraping an exporter whose values the test sets.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::{Router, extract::State, routing::get};
+
+/// Serves `/metrics` with whatever series the test last set.
+#[derive(Clone, Default)]
+pub struct Exporter {
+    series: Arc<Mutex<BTreeMap<String, String>>>,
+    pub addr: Option<SocketAddr>,
+}
+
+impl Exporter {
+    pub async fn start() -> Self {
+        let mut exporter = Self::default();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        exporter.addr = Some(listener.local_addr().unwrap());
+        let app = Router::new()
+            .route("/metrics", get(render))
+            .with_state(exporter.series.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        exporter
+    }
+
+    /// Sets one series, e.g. `set("llm_load{test=\"a\"}", 2.0)`.
+    pub fn set(&self, series: &str, value: f64) {
+        self.series
+            .lock()
+            .unwrap()
+            .insert(series.to_owned(), format_value(value));
+    }
+
+    /// Removes a series: Prometheus marks it stale and queries see an empty vector.
+    pub fn remove(&self, series: &str) {
+        self.series.lock().unwrap().remove(series);
+    }
+}
+
+fn format_value(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v == f64::INFINITY {
+        "+Inf".into()
+    } else if v == f64::NEG_INFINITY {
+        "-Inf".into()
+    } else {
+        format!("{v}")
+    }
+}
+
+async fn render(State(series): State<Arc<Mutex<BTreeMap<String, String>>>>) -> String {
+    let series = series.lock().unwrap();
+    let mut out = String::new();
+    for (name, value) in series.iter() {
+        out.push_str(&format!("{name} {value}\n"));
+    }
+    out
+}
+
+/// A Prometheus server on a free loopback port, stopped when dropped.
+pub struct Prometheus {
+    child: Child,
+    pub url: String,
+    dir: PathBuf,
+}
+
+impl Prometheus {
+    /// Starts Prometheus scraping `exporter` every second and waits until it is ready.
+    pub async fn start(exporter: &Exporter) -> Self {
+        let binary = which_prometheus();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir =
+            std::env::temp_dir().join(format!("llmscaler-prom-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        let config = format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: test\n    static_configs:\n      - targets: ['{}']\n",
+            exporter.addr.unwrap()
+        );
+        std::fs::write(dir.join("prometheus.yml"), config).unwrap();
+        let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
+        let child = Command::new(binary)
+            .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg("--query.lookback-delta=5s")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start prometheus ({e}); `make test` installs Debian's prometheus package"));
+        let prometheus = Self {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            dir,
+        };
+        let http = reqwest::Client::new();
+        let ready = format!("{}/-/ready", prometheus.url);
+        super::eventually(
+            "Prometheus to be ready",
+            Duration::from_secs(60),
+            || async {
+                let r = http.get(&ready).send().await.ok()?;
+                r.status().is_success().then_some(())
+            },
+        )
+        .await;
+        prometheus
+    }
+
+    /// Waits until `query` evaluates to `want` (Prometheus has scraped the latest values).
+    pub async fn wait_for_value(&self, query: &str, want: f64) {
+        let http = reqwest::Client::new();
+        let url = format!("{}/api/v1/query", self.url);
+        super::eventually(
+            &format!("{query} == {want} in Prometheus"),
+            Duration::from_secs(30),
+            || async {
+                let body: serde_json::Value = http
+                    .get(&url)
+                    .query(&[("query", query)])
+                    .send()
+                    .await
+                    .ok()?
+                    .json()
+                    .await
+                    .ok()?;
+                let value = body
+                    .pointer("/data/result/0/value/1")?
+                    .as_str()?
+                    .parse::<f64>()
+                    .ok()?;
+                (value == want || (value.is_nan() && want.is_nan())).then_some(())
+            },
+        )
+        .await;
+    }
+
+    /// Waits until `query` returns an empty vector.
+    pub async fn wait_for_empty(&self, query: &str) {
+        let http = reqwest::Client::new();
+        let url = format!("{}/api/v1/query", self.url);
+        super::eventually(
+            &format!("{query} to be empty"),
+            Duration::from_secs(30),
+            || async {
+                let body: serde_json::Value = http
+                    .get(&url)
+                    .query(&[("query", query)])
+                    .send()
+                    .await
+                    .ok()?
+                    .json()
+                    .await
+                    .ok()?;
+                body.pointer("/data/result")?
+                    .as_array()?
+                    .is_empty()
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+
+    /// Stops the server (to test a Prometheus that is down).
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn which_prometheus() -> PathBuf {
+    for candidate in ["/usr/bin/prometheus", "/usr/local/bin/prometheus"] {
+        if std::path::Path::new(candidate).exists() {
+            return PathBuf::from(candidate);
+        }
+    }
+    panic!("prometheus is not installed; `make test` installs Debian's prometheus package")
+}

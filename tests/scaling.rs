@@ -1,0 +1,602 @@
+//! The controller against the real control plane (full profile: Deployments get Ready pods from
+//! kwok) and a real Prometheus scraping an exporter whose values each test sets.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::Operator;
+use common::prometheus::{Exporter, Prometheus};
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use llmscaleoperator::api::LLMScaler;
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+struct Env {
+    client: Client,
+    ns: String,
+    exporter: Exporter,
+    prometheus: Prometheus,
+}
+
+impl Env {
+    async fn new(prefix: &str) -> Self {
+        assert_eq!(
+            common::cluster_profile(),
+            "full",
+            "needs CLUSTER_PROFILE=full make cluster-up (make test does)"
+        );
+        let client = common::client().await;
+        common::ensure_crd(&client).await;
+        let ns = common::namespace(&client, prefix).await;
+        let exporter = Exporter::start().await;
+        let prometheus = Prometheus::start(&exporter).await;
+        Self {
+            client,
+            ns,
+            exporter,
+            prometheus,
+        }
+    }
+
+    /// The series this test drives, and the query that reads it.
+    fn series(&self, metric: &str) -> String {
+        format!("{metric}{{test=\"{}\"}}", self.ns)
+    }
+
+    fn query(&self, metric: &str) -> String {
+        format!("avg({})", self.series(metric))
+    }
+
+    /// Sets a metric and waits until Prometheus serves the new value.
+    async fn set(&self, metric: &str, value: f64) {
+        self.exporter.set(&self.series(metric), value);
+        self.prometheus
+            .wait_for_value(&self.query(metric), value)
+            .await;
+    }
+
+    fn deployments(&self) -> Api<Deployment> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    fn scalers(&self) -> Api<LLMScaler> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    async fn deployment(&self, name: &str, replicas: i32) {
+        let d: Deployment = serde_json::from_value(json!({
+            "metadata": { "name": name, "labels": { "app": name, "owner": "helm" }, "annotations": { "note": "keep" } },
+            "spec": {
+                "replicas": replicas,
+                "selector": { "matchLabels": { "app": name } },
+                "template": {
+                    "metadata": { "labels": { "app": name } },
+                    "spec": { "containers": [{ "name": "vllm", "image": "registry.k8s.io/pause:3.10" }] }
+                }
+            }
+        }))
+        .unwrap();
+        self.deployments()
+            .create(&PostParams::default(), &d)
+            .await
+            .unwrap();
+        self.wait_ready(name, replicas).await;
+    }
+
+    /// Waits until the Deployment asks for and has `replicas` ready replicas.
+    async fn wait_ready(&self, name: &str, replicas: i32) {
+        let api = self.deployments();
+        common::eventually(
+            &format!("{name} at {replicas} ready replicas"),
+            WAIT,
+            || async {
+                let d = api.get(name).await.ok()?;
+                let spec = d.spec?.replicas?;
+                let ready = d.status?.ready_replicas.unwrap_or(0);
+                (spec == replicas && ready == replicas).then_some(())
+            },
+        )
+        .await;
+    }
+
+    async fn spec_replicas(&self, name: &str) -> i32 {
+        self.deployments()
+            .get(name)
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .replicas
+            .unwrap()
+    }
+
+    async fn scaler(&self, name: &str, target: &str, spec: Value) {
+        let mut full = json!({
+            "targetRef": { "apiVersion": "apps/v1", "kind": "Deployment", "name": target },
+            "serverAddress": self.prometheus.url,
+            "syncPeriodSeconds": 1,
+            "retryPeriodSeconds": 1,
+        });
+        full.as_object_mut()
+            .unwrap()
+            .extend(spec.as_object().unwrap().clone());
+        let scaler: LLMScaler = serde_json::from_value(json!({
+            "apiVersion": "autoscaling.modelsphere.dev/v1alpha1",
+            "kind": "LLMScaler",
+            "metadata": { "name": name },
+            "spec": full,
+        }))
+        .unwrap();
+        self.scalers()
+            .create(&PostParams::default(), &scaler)
+            .await
+            .unwrap();
+    }
+
+    async fn condition(&self, scaler: &str, type_: &str) -> Option<(String, String, String)> {
+        let s = self.scalers().get(scaler).await.ok()?;
+        let c = s
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == type_)?;
+        Some((c.status, c.reason, c.message))
+    }
+
+    /// Events about `scaler` whose reason is `reason`, as "note" strings.
+    async fn events(&self, scaler: &str, reason: &str) -> Vec<String> {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
+        api.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(scaler))
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .filter_map(|e| e.note)
+            .collect()
+    }
+
+    async fn wait_event(&self, scaler: &str, reason: &str, fragment: &str) -> String {
+        common::eventually(
+            &format!("a {reason} event containing {fragment:?}"),
+            WAIT,
+            || async {
+                self.events(scaler, reason)
+                    .await
+                    .into_iter()
+                    .find(|n| n.contains(fragment))
+            },
+        )
+        .await
+    }
+
+    /// Asserts spec.replicas of `name` stays `replicas` for `period` (the controller syncs every
+    /// second, so several syncs run in that time).
+    async fn stays(&self, name: &str, replicas: i32, period: Duration) {
+        let until = Instant::now() + period;
+        while Instant::now() < until {
+            assert_eq!(
+                self.spec_replicas(name).await,
+                replicas,
+                "{name} must stay at {replicas}"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    async fn done(self) {
+        common::delete_namespace(&self.client, &self.ns).await;
+    }
+}
+
+#[tokio::test]
+async fn scales_up_from_one_on_a_hot_metric_and_owns_only_spec_replicas() {
+    let env = Env::new("scale-up").await;
+    env.deployment("vllm", 1).await;
+    env.set("kv", 2.0).await;
+    let operator = Operator::start(&env.client, &env.ns);
+    // maxReplicas 3: the exporter's per-replica value does not fall as replicas are added, so
+    // without a bound the ratio would keep compounding (3 ready × 2.0 / 0.8 = 8).
+    env.scaler(
+        "hot",
+        "vllm",
+        json!({
+            "minReplicas": 1, "maxReplicas": 3,
+            "metrics": [{ "name": "kv-cache", "query": env.query("kv"), "target": "0.8" }]
+        }),
+    )
+    .await;
+
+    // ceil(1 × 2.0 / 0.8) = 3
+    env.wait_ready("vllm", 3).await;
+    let note = env.wait_event("hot", "ScaledUp", "from 1 to 3").await;
+    assert!(
+        note.contains("metric kv-cache = 2 recommended 3"),
+        "names the metric that drove it: {note}"
+    );
+    common::eventually("status to show 3/3", WAIT, || async {
+        let s = env.scalers().get("hot").await.ok()?.status?;
+        (s.current_replicas == 3 && s.desired_replicas == 3).then_some(s)
+    })
+    .await;
+    let (status, reason, _) = env.condition("hot", "ScalingActive").await.unwrap();
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "ValidMetric"));
+
+    // Server-side apply: our manager owns spec.replicas and nothing else; the rest is untouched.
+    let d = env.deployments().get("vllm").await.unwrap();
+    let ours: Vec<_> = d
+        .managed_fields()
+        .iter()
+        .filter(|m| m.manager.as_deref() == Some("llmscaleoperator"))
+        .collect();
+    assert_eq!(ours.len(), 1, "{:?}", d.managed_fields());
+    assert_eq!(ours[0].operation.as_deref(), Some("Apply"));
+    let fields = ours[0].fields_v1.as_ref().unwrap().0.clone();
+    assert_eq!(
+        fields,
+        json!({ "f:spec": { "f:replicas": {} } }),
+        "only spec.replicas is in the apply set"
+    );
+    assert_eq!(d.labels().get("owner").map(String::as_str), Some("helm"));
+    assert_eq!(
+        d.annotations().get("note").map(String::as_str),
+        Some("keep")
+    );
+    let template = d.spec.unwrap().template;
+    assert_eq!(
+        template.spec.unwrap().containers[0].image.as_deref(),
+        Some("registry.k8s.io/pause:3.10")
+    );
+
+    // The cache the external metrics API reads holds what the controller acted on.
+    let cached = operator
+        .cache
+        .get(&llmscaleoperator::signals::cache::ScalerKey {
+            namespace: env.ns.clone(),
+            name: "hot".into(),
+        })
+        .unwrap();
+    assert_eq!(cached.metrics[0].value, Some(2.0));
+    assert_eq!(cached.desired_replicas, 3);
+    operator.stop().await;
+    env.done().await;
+}
+
+#[tokio::test]
+async fn scales_to_zero_on_an_idle_metric_and_wakes_from_zero() {
+    let env = Env::new("scale-zero").await;
+    env.deployment("vllm", 3).await;
+    env.set("queue", 0.0).await;
+    let _operator = Operator::start(&env.client, &env.ns);
+    env.scaler(
+        "idle",
+        "vllm",
+        json!({
+            "minReplicas": 0, "maxReplicas": 5,
+            "metrics": [{ "name": "queue", "query": env.query("queue"), "target": "1" }]
+        }),
+    )
+    .await;
+    env.wait_ready("vllm", 0).await;
+    env.wait_event("idle", "ScaledDown", "from 3 to 0").await;
+
+    // At zero there is no per-replica value: ceil(2.5 / 1) from a single-replica baseline.
+    env.set("queue", 2.5).await;
+    env.wait_ready("vllm", 3).await;
+    env.done().await;
+}
+
+#[tokio::test]
+async fn scales_down_to_min_and_a_step_cap_walks_the_fleet_down() {
+    let env = Env::new("step-cap").await;
+    env.deployment("vllm", 10).await;
+    env.set("kv", 0.0).await;
+    let _operator = Operator::start(&env.client, &env.ns);
+    env.scaler(
+        "walk",
+        "vllm",
+        json!({
+            "minReplicas": 1, "maxReplicas": 10,
+            "metrics": [{ "query": env.query("kv"), "target": "0.8" }],
+            "scaleDown": { "maxStepReplicas": 2 }
+        }),
+    )
+    .await;
+    // Record every spec.replicas value the Deployment passes through.
+    let mut seen = vec![10];
+    let deadline = Instant::now() + WAIT;
+    while seen.last() != Some(&1) {
+        assert!(
+            Instant::now() < deadline,
+            "the fleet did not reach minReplicas: {seen:?}"
+        );
+        let r = env.spec_replicas("vllm").await;
+        if seen.last() != Some(&r) {
+            seen.push(r);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        seen,
+        [10, 8, 6, 4, 2, 1],
+        "one capped step per settled sync"
+    );
+    let note = env.wait_event("walk", "ScaledDown", "from 10 to 8").await;
+    assert!(note.contains("on the way to 1"), "{note}");
+    let status = env.scalers().get("walk").await.unwrap().status.unwrap();
+    assert_eq!(status.desired_replicas, 1);
+    env.done().await;
+}
+
+#[tokio::test]
+async fn an_unmeasurable_metric_holds_and_a_guardrail_nan_does_not_drive() {
+    let env = Env::new("hold").await;
+    env.deployment("vllm", 2).await;
+    env.set("kv", 0.4).await;
+    env.set("p99", f64::NAN).await;
+    let _operator = Operator::start(&env.client, &env.ns);
+    env.scaler(
+        "guard",
+        "vllm",
+        json!({
+            "minReplicas": 1, "maxReplicas": 10,
+            "metrics": [
+                { "name": "kv", "query": env.query("kv"), "target": "0.1" },
+                { "name": "latency", "query": env.query("p99"), "target": "2" }
+            ]
+        }),
+    )
+    .await;
+    // kv drives (ceil(2 × 0.4 / 0.1) = 8); the NaN guardrail contributes nothing.
+    env.wait_ready("vllm", 8).await;
+    env.wait_event("guard", "MetricSkipped", "metric latency skipped this sync")
+        .await;
+
+    // Now every metric fails: the series disappear. The fleet holds instead of reading zero.
+    env.exporter.remove(&env.series("kv"));
+    env.prometheus.wait_for_empty(&env.query("kv")).await;
+    env.wait_event("guard", "ScalingHeld", "no metric could be measured")
+        .await;
+    env.stays("vllm", 8, Duration::from_secs(4)).await;
+    let (status, reason, _) = env.condition("guard", "ScalingActive").await.unwrap();
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "NoUsableMetric")
+    );
+    env.done().await;
+}
+
+#[tokio::test]
+async fn a_multi_series_query_holds_with_the_reason_in_an_event() {
+    let env = Env::new("multi").await;
+    env.deployment("vllm", 2).await;
+    env.exporter
+        .set(&format!("kv{{test=\"{}\",pod=\"a\"}}", env.ns), 0.1);
+    env.exporter
+        .set(&format!("kv{{test=\"{}\",pod=\"b\"}}", env.ns), 0.1);
+    let raw = format!("kv{{test=\"{}\"}}", env.ns);
+    env.prometheus
+        .wait_for_value(&format!("count({raw})"), 2.0)
+        .await;
+    let _operator = Operator::start(&env.client, &env.ns);
+    env.scaler(
+        "multi",
+        "vllm",
+        json!({
+            "minReplicas": 1, "maxReplicas": 10,
+            "metrics": [{ "name": "kv", "query": raw, "target": "0.8" }]
+        }),
+    )
+    .await;
+    let note = env
+        .wait_event(
+            "multi",
+            "MetricSkipped",
+            "aggregate them with avg(...) or sum(...)",
+        )
+        .await;
+    assert!(
+        note.contains("pod=\"a\"") && note.contains("pod=\"b\""),
+        "names the label sets: {note}"
+    );
+    env.stays("vllm", 2, Duration::from_secs(3)).await;
+    env.done().await;
+}
+
+#[tokio::test]
+async fn prometheus_down_holds_the_fleet() {
+    let mut env = Env::new("prom-down").await;
+    env.deployment("vllm", 2).await;
+    env.set("kv", 0.8).await;
+    let _operator = Operator::start(&env.client, &env.ns);
+    env.scaler(
+        "down",
+        "vllm",
+        json!({
+            "minReplicas": 1, "maxReplicas": 10,
+            "metrics": [{ "name": "kv", "query": env.query("kv"), "target": "0.8" }]
+        }),
+    )
+    .await;
+    common::eventually("a first healthy sync", WAIT, || async {
+        let (status, _, _) = env.condition("down", "ScalingActive").await?;
+        (status == "True").then_some(())
+    })
+    .await;
+    env.prometheus.stop();
+    env.wait_event("down", "MetricSkipped", "request to").await;
+    env.wait_event("down", "ScalingHeld", "stays at 2").await;
+    env.stays("vllm", 2, Duration::from_secs(3)).await;
+    env.done().await;
+}
+
+#[tokio::test]
+async fn a_statefulset_target_is_scaled_generically() {
+    let env = Env::new("sts").await;
+    let sts: StatefulSet = serde_json::from_value(json!({
+        "metadata": { "name": "vllm" },
+        "spec": {
+            "replicas": 1,
+            "serviceName": "vllm",
+            "selector": { "matchLabels": { "app": "vllm" } },
+            "template": {
+                "metadata": { "labels": { "app": "vllm" } },
+                "spec": { "containers": [{ "name": "vllm", "image": "registry.k8s.io/pause:3.10" }] }
+            }
+        }
+    }))
+    .unwrap();
+    let api: Api<StatefulSet> = Api::namespaced(env.client.clone(), &env.ns);
+    api.create(&PostParams::default(), &sts).await.unwrap();
+    env.set("kv", 1.5).await;
+    let _operator = Operator::start(&env.client, &env.ns);
+    env.scaler(
+        "sts",
+        "vllm",
+        json!({
+            "targetRef": { "apiVersion": "apps/v1", "kind": "StatefulSet", "name": "vllm" },
+            "minReplicas": 1, "maxReplicas": 4,
+            "metrics": [{ "query": env.query("kv"), "target": "1" }]
+        }),
+    )
+    .await;
+    common::eventually("the StatefulSet to be scaled to 2", WAIT, || async {
+        (api.get("vllm").await.ok()?.spec?.replicas? == 2).then_some(())
+    })
+    .await;
+    env.done().await;
+}
+
+#[tokio::test]
+async fn a_paused_rollout_defers_scaling() {
+    let env = Env::new("rollout").await;
+    env.deployment("vllm", 2).await;
+    // Pause, then change the template: the rollout cannot progress.
+    env.deployments()
+        .patch(
+            "vllm",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "paused": true } })),
+        )
+        .await
+        .unwrap();
+    env.deployments()
+        .patch(
+            "vllm",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "template": { "metadata": { "annotations": { "rev": "2" } } } } })),
+        )
+        .await
+        .unwrap();
+    env.set("kv", 4.0).await;
+    let _operator = Operator::start(&env.client, &env.ns);
+    env.scaler(
+        "guarded",
+        "vllm",
+        json!({
+            "minReplicas": 1, "maxReplicas": 10,
+            "metrics": [{ "query": env.query("kv"), "target": "1" }]
+        }),
+    )
+    .await;
+    env.wait_event("guarded", "ScalingDeferred", "mid-rollout")
+        .await;
+    let (status, _, message) = env.condition("guarded", "RolloutInProgress").await.unwrap();
+    assert_eq!(status, "True", "{message}");
+    env.stays("vllm", 2, Duration::from_secs(3)).await;
+
+    // Resume: the rollout completes and the deferred scale-up happens.
+    env.deployments()
+        .patch(
+            "vllm",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "paused": false } })),
+        )
+        .await
+        .unwrap();
+    env.wait_ready("vllm", 8).await;
+    env.done().await;
+}
+
+#[tokio::test]
+async fn bad_targets_and_queries_are_reported_and_other_scalers_keep_working() {
+    let env = Env::new("bad-input").await;
+    env.deployment("vllm", 1).await;
+    env.set("kv", 2.0).await;
+    let _operator = Operator::start(&env.client, &env.ns);
+    env.scaler("missing", "no-such-deployment", json!({
+        "minReplicas": 1, "maxReplicas": 5, "metrics": [{ "query": env.query("kv"), "target": "1" }]
+    }))
+    .await;
+    env.scaler("no-replicas", "cm", json!({
+        "targetRef": { "apiVersion": "v1", "kind": "ConfigMap", "name": "cm" },
+        "minReplicas": 1, "maxReplicas": 5, "metrics": [{ "query": env.query("kv"), "target": "1" }]
+    }))
+    .await;
+    let cm: k8s_openapi::api::core::v1::ConfigMap =
+        serde_json::from_value(json!({ "metadata": { "name": "cm" } })).unwrap();
+    Api::namespaced(env.client.clone(), &env.ns)
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap();
+    env.scaler("unknown-kind", "x", json!({
+        "targetRef": { "apiVersion": "example.com/v1", "kind": "Widget", "name": "x" },
+        "minReplicas": 1, "maxReplicas": 5, "metrics": [{ "query": env.query("kv"), "target": "1" }]
+    }))
+    .await;
+    env.scaler("bad-promql", "vllm", json!({
+        "minReplicas": 1, "maxReplicas": 5, "metrics": [{ "name": "broken", "query": "avg(kv{", "target": "1" }]
+    }))
+    .await;
+    env.scaler("good", "vllm", json!({
+        "minReplicas": 1, "maxReplicas": 5, "metrics": [{ "query": env.query("kv"), "target": "1" }]
+    }))
+    .await;
+
+    // The good scaler is not disturbed by its broken neighbours.
+    env.wait_ready("vllm", 2).await;
+    for (scaler, reason, fragment) in [
+        (
+            "missing",
+            "TargetNotFound",
+            "Deployment no-such-deployment not found",
+        ),
+        (
+            "no-replicas",
+            "InvalidTarget",
+            "ConfigMap cm has no integer spec.replicas",
+        ),
+        (
+            "unknown-kind",
+            "UnknownTargetKind",
+            "does not serve kind Widget in example.com/v1",
+        ),
+    ] {
+        common::eventually(&format!("{scaler}: Ready=False {reason}"), WAIT, || async {
+            let (status, r, message) = env.condition(scaler, "Ready").await?;
+            (status == "False" && r == reason && message.contains(fragment)).then_some(())
+        })
+        .await;
+        env.wait_event(scaler, reason, fragment).await;
+    }
+    env.wait_event(
+        "bad-promql",
+        "MetricSkipped",
+        "Prometheus rejected the query (bad_data)",
+    )
+    .await;
+    let (status, reason, _) = env.condition("bad-promql", "ScalingActive").await.unwrap();
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "NoUsableMetric")
+    );
+    env.done().await;
+}
