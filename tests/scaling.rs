@@ -600,3 +600,229 @@ async fn bad_targets_and_queries_are_reported_and_other_scalers_keep_working() {
     );
     env.done().await;
 }
+
+#[tokio::test]
+async fn stabilization_pins_the_fleet_for_the_window_then_releases_it() {
+    let env = Env::new("stabilize").await;
+    env.deployment("vllm", 4).await;
+    env.set("kv", 1.0).await;
+    let _operator = Operator::start(&env.client, &env.ns);
+    env.scaler(
+        "calm",
+        "vllm",
+        json!({
+            "minReplicas": 1, "maxReplicas": 10,
+            "metrics": [{ "query": env.query("kv"), "target": "1" }],
+            "scaleDown": { "stabilizationWindowSeconds": 8 }
+        }),
+    )
+    .await;
+    common::eventually("a steady sync at 4", WAIT, || async {
+        let (status, _, message) = env.condition("calm", "ScalingActive").await?;
+        (status == "True" && message.contains("recommends 4")).then_some(())
+    })
+    .await;
+
+    env.set("kv", 0.25).await;
+    env.wait_event("calm", "ScaleDownStabilized", "held at 4")
+        .await;
+    // A brief dip does not shrink the fleet...
+    env.stays("vllm", 4, Duration::from_secs(3)).await;
+    // ...but once the window has passed, it does.
+    env.wait_ready("vllm", 1).await;
+    env.done().await;
+}
+
+#[tokio::test]
+async fn the_stabilization_history_survives_an_operator_restart() {
+    let env = Env::new("restart").await;
+    env.deployment("vllm", 4).await;
+    env.set("kv", 1.0).await;
+    let first = Operator::start(&env.client, &env.ns);
+    env.scaler(
+        "durable",
+        "vllm",
+        json!({
+            "minReplicas": 1, "maxReplicas": 10,
+            "metrics": [{ "query": env.query("kv"), "target": "1" }],
+            "scaleDown": { "stabilizationWindowSeconds": 25 }
+        }),
+    )
+    .await;
+    let uid = env.scalers().get("durable").await.unwrap().uid().unwrap();
+    common::eventually("the high recommendation to be persisted", WAIT, || async {
+        let history = env
+            .scalers()
+            .get("durable")
+            .await
+            .ok()?
+            .status?
+            .recommendation_history?;
+        (history.uid == uid && history.entries.iter().any(|e| e.replicas == 4)).then_some(())
+    })
+    .await;
+    env.set("kv", 0.25).await;
+    env.wait_event("durable", "ScaleDownStabilized", "held at 4")
+        .await;
+
+    // A new operator process (a restart, or a new leader) remembers the window.
+    first.stop().await;
+    let _second = Operator::start(&env.client, &env.ns);
+    env.stays("vllm", 4, Duration::from_secs(6)).await;
+    env.wait_ready("vllm", 1).await;
+    env.done().await;
+}
+
+/// A CRD shaped like LeaderWorkerSet: spec.replicas and status.readyReplicas, nothing else the
+/// operator relies on. No controller runs for it, so the test plays its status.
+async fn install_leaderworkerset_crd(client: &Client) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "metadata": { "name": "leaderworkersets.leaderworkerset.x-k8s.io" },
+        "spec": {
+            "group": "leaderworkerset.x-k8s.io",
+            "names": { "kind": "LeaderWorkerSet", "plural": "leaderworkersets", "singular": "leaderworkerset" },
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "subresources": { "status": {} },
+                "schema": { "openAPIV3Schema": {
+                    "type": "object",
+                    "properties": {
+                        "spec": { "type": "object", "x-kubernetes-preserve-unknown-fields": true,
+                                  "properties": { "replicas": { "type": "integer" } } },
+                        "status": { "type": "object", "x-kubernetes-preserve-unknown-fields": true,
+                                    "properties": { "readyReplicas": { "type": "integer" } } }
+                    }
+                } }
+            }]
+        }
+    }))
+    .unwrap();
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    api.patch(
+        "leaderworkersets.leaderworkerset.x-k8s.io",
+        &PatchParams::apply("llmscaleoperator-tests").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .unwrap();
+    common::eventually(
+        "the LeaderWorkerSet CRD to be established",
+        WAIT,
+        || async {
+            let crd = api
+                .get("leaderworkersets.leaderworkerset.x-k8s.io")
+                .await
+                .ok()?;
+            crd.status?
+                .conditions?
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_leaderworkerset_shaped_target_is_scaled_and_scale_down_waits_until_settled() {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let env = Env::new("lws").await;
+    install_leaderworkerset_crd(&env.client).await;
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet"),
+        "leaderworkersets",
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(env.client.clone(), &env.ns, &resource);
+    let lws: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "metadata": { "name": "vllm" },
+        "spec": { "replicas": 1, "leaderWorkerTemplate": { "size": 2 } }
+    }))
+    .unwrap();
+    // Creating the object right after the CRD became established can race its discovery.
+    common::eventually("the LeaderWorkerSet to be created", WAIT, || async {
+        api.create(&PostParams::default(), &lws).await.ok()
+    })
+    .await;
+    let set_ready = |ready: i64| {
+        let api = api.clone();
+        async move {
+            api.patch_status(
+                "vllm",
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": { "readyReplicas": ready } })),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    let replicas = || {
+        let api = api.clone();
+        async move {
+            api.get("vllm").await.unwrap().data["spec"]["replicas"]
+                .as_i64()
+                .unwrap()
+        }
+    };
+    set_ready(1).await;
+    env.set("kv", 3.0).await;
+    let _operator = Operator::start(&env.client, &env.ns);
+    env.scaler("lws", "vllm", json!({
+        "targetRef": { "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "name": "vllm" },
+        "minReplicas": 1, "maxReplicas": 4,
+        "metrics": [{ "query": env.query("kv"), "target": "1" }]
+    }))
+    .await;
+    common::eventually("the LeaderWorkerSet to be scaled to 3", WAIT, || async {
+        (replicas().await == 3).then_some(())
+    })
+    .await;
+    let lws_now = api.get("vllm").await.unwrap();
+    assert_eq!(
+        lws_now.data["spec"]["leaderWorkerTemplate"]["size"], 2,
+        "the rest of the spec is untouched"
+    );
+
+    // The metric collapses while only some of the 3 are ready: the scale-down waits for the fleet
+    // to settle. (Metric first: with a high metric, 2 ready would rightly scale up.)
+    env.set("kv", 0.0).await;
+    set_ready(2).await;
+    env.wait_event(
+        "lws",
+        "ScalingDeferred",
+        "waits until all 3 replicas are ready (2 are)",
+    )
+    .await;
+    assert_eq!(replicas().await, 3);
+    set_ready(3).await;
+    common::eventually(
+        "the LeaderWorkerSet to be scaled down to 1",
+        WAIT,
+        || async { (replicas().await == 1).then_some(()) },
+    )
+    .await;
+    env.done().await;
+}
+
+#[tokio::test]
+async fn preemption_is_accepted_and_reported_as_having_no_effect() {
+    let env = Env::new("preempt").await;
+    env.deployment("vllm", 1).await;
+    env.set("kv", 1.0).await;
+    let _operator = Operator::start(&env.client, &env.ns);
+    env.scaler(
+        "pre",
+        "vllm",
+        json!({
+            "minReplicas": 1, "maxReplicas": 3,
+            "metrics": [{ "query": env.query("kv"), "target": "1" }],
+            "preemption": { "enable": true, "priorityClass": "high" }
+        }),
+    )
+    .await;
+    env.wait_event("pre", "PreemptionIgnored", "has no effect yet")
+        .await;
+    env.done().await;
+}
