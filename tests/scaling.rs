@@ -826,3 +826,80 @@ async fn preemption_is_accepted_and_reported_as_having_no_effect() {
         .await;
     env.done().await;
 }
+
+/// A gate in front of Prometheus that only answers requests carrying the expected credential.
+async fn authenticating_proxy(upstream: String, token: &'static str) -> String {
+    use axum::extract::RawQuery;
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::routing::get;
+    let app = axum::Router::new().route(
+        "/api/v1/query",
+        get(move |headers: HeaderMap, RawQuery(query): RawQuery| {
+            let upstream = upstream.clone();
+            async move {
+                let expected = format!("Bearer {token}");
+                if headers.get("authorization").and_then(|v| v.to_str().ok())
+                    != Some(expected.as_str())
+                {
+                    return (StatusCode::UNAUTHORIZED, String::from("unauthorized"));
+                }
+                let url = format!("{upstream}/api/v1/query?{}", query.unwrap_or_default());
+                let body = reqwest::get(url).await.unwrap().text().await.unwrap();
+                (StatusCode::OK, body)
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}")
+}
+
+#[tokio::test]
+async fn server_headers_are_sent_and_never_shown() {
+    const TOKEN: &str = "s3cret-token-value";
+    let env = Env::new("headers").await;
+    env.deployment("authed", 1).await;
+    env.deployment("anon", 1).await;
+    env.set("kv", 2.0).await;
+    let proxy = authenticating_proxy(env.prometheus.url.clone(), TOKEN).await;
+    let _operator = Operator::start(&env.client, &env.ns);
+    env.scaler(
+        "authed",
+        "authed",
+        json!({
+            "serverAddress": proxy,
+            "serverHeaders": { "Authorization": format!("Bearer {TOKEN}") },
+            "minReplicas": 1, "maxReplicas": 2,
+            "metrics": [{ "query": env.query("kv"), "target": "1" }]
+        }),
+    )
+    .await;
+    env.scaler(
+        "anon",
+        "anon",
+        json!({
+            "serverAddress": proxy,
+            "minReplicas": 1, "maxReplicas": 2,
+            "metrics": [{ "query": env.query("kv"), "target": "1" }]
+        }),
+    )
+    .await;
+    env.wait_ready("authed", 2).await;
+    env.wait_event("anon", "MetricSkipped", "HTTP 401").await;
+    assert_eq!(env.spec_replicas("anon").await, 1);
+
+    // The credential appears in no event and no status.
+    let events: Api<Event> = Api::namespaced(env.client.clone(), &env.ns);
+    let all =
+        serde_json::to_string(&events.list(&ListParams::default()).await.unwrap().items).unwrap();
+    assert!(!all.contains(TOKEN), "an event leaks the credential");
+    for name in ["authed", "anon"] {
+        let status = serde_json::to_string(&env.scalers().get(name).await.unwrap().status).unwrap();
+        assert!(
+            !status.contains(TOKEN),
+            "the status of {name} leaks the credential"
+        );
+    }
+    env.done().await;
+}

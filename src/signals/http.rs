@@ -25,8 +25,8 @@ pub enum HttpError {
     HeaderValue { name: String },
     #[error("request to {url} failed: {reason}")]
     Transport { url: String, reason: String },
-    #[error("request to {url} timed out after {}s", timeout.as_secs())]
-    Timeout { url: String, timeout: Duration },
+    #[error("request to {url} timed out")]
+    Timeout { url: String },
     #[error("response from {url} is larger than {limit} bytes")]
     TooLarge { url: String, limit: usize },
 }
@@ -34,10 +34,15 @@ pub enum HttpError {
 /// Builds the process-wide client. Redirects are not followed: a signal source that redirects
 /// is misconfigured, and following would resend the user's headers elsewhere.
 pub fn client() -> Result<reqwest::Client, HttpError> {
+    client_with_timeout(REQUEST_TIMEOUT)
+}
+
+/// [`client`] with another per-request timeout.
+pub fn client_with_timeout(timeout: Duration) -> Result<reqwest::Client, HttpError> {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
-        .timeout(REQUEST_TIMEOUT)
-        .connect_timeout(Duration::from_secs(5))
+        .timeout(timeout)
+        .connect_timeout(timeout.min(Duration::from_secs(5)))
         .build()
         .map_err(HttpError::Build)
 }
@@ -66,7 +71,6 @@ pub async fn send(
         if e.is_timeout() {
             HttpError::Timeout {
                 url: url.to_owned(),
-                timeout: REQUEST_TIMEOUT,
             }
         } else {
             HttpError::Transport {
@@ -115,6 +119,66 @@ fn describe(error: &reqwest::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::{Router, routing::get};
+
+    /// A real HTTP server on loopback with a huge answer and one that never comes.
+    async fn server() -> String {
+        let app = Router::new()
+            .route("/huge", get(|| async { "x".repeat(MAX_BODY_BYTES + 1) }))
+            .route(
+                "/stream",
+                get(|| async {
+                    let chunks =
+                        (0..5).map(|_| Ok::<_, std::io::Error>(vec![b'y'; MAX_BODY_BYTES / 4]));
+                    axum::body::Body::from_stream(futures::stream::iter(chunks))
+                }),
+            )
+            .route(
+                "/slow",
+                get(|| async { futures::future::pending::<&str>().await }),
+            )
+            .route("/ok", get(|| async { "fine" }));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn bodies_are_bounded_and_requests_time_out() {
+        crate::tls::install_crypto_provider().unwrap();
+        let base = server().await;
+        let client = client_with_timeout(Duration::from_millis(500)).unwrap();
+        let get = |path: &str| {
+            let url = format!("{base}{path}");
+            let request = client.get(&url);
+            async move { send(request, &url).await }
+        };
+        let (status, body) = get("/ok").await.unwrap();
+        assert_eq!(
+            (status.as_u16(), body.as_slice()),
+            (200, b"fine".as_slice())
+        );
+        assert!(
+            matches!(get("/huge").await, Err(HttpError::TooLarge { .. })),
+            "declared length"
+        );
+        assert!(
+            matches!(get("/stream").await, Err(HttpError::TooLarge { .. })),
+            "streamed, no length"
+        );
+        let slow = get("/slow").await.unwrap_err();
+        assert!(matches!(slow, HttpError::Timeout { .. }), "{slow}");
+        let refused = send(client.get("http://127.0.0.1:1/"), "http://127.0.0.1:1/")
+            .await
+            .unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("request to http://127.0.0.1:1/ failed"),
+            "{refused}"
+        );
+    }
 
     #[test]
     fn header_values_are_sensitive_and_errors_name_only_the_header() {
