@@ -230,6 +230,24 @@ async fn scales_up_from_one_on_a_hot_metric_and_owns_only_spec_replicas() {
     let (status, reason, _) = env.condition("hot", "ScalingActive").await.unwrap();
     assert_eq!((status.as_str(), reason.as_str()), ("True", "ValidMetric"));
 
+    // Steady state: syncs keep running (once a second) but the status is not rewritten.
+    let version = env.scalers().get("hot").await.unwrap().resource_version();
+    let syncs = || {
+        let text = operator.metrics.encode().unwrap();
+        text.lines()
+            .filter(|l| l.starts_with("llmscaler_syncs_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    let before = syncs();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(syncs() >= before + 2.0, "the controller kept syncing");
+    assert_eq!(
+        env.scalers().get("hot").await.unwrap().resource_version(),
+        version,
+        "an unchanged status is not written"
+    );
+
     // Server-side apply: our manager owns spec.replicas and nothing else; the rest is untouched.
     let d = env.deployments().get("vllm").await.unwrap();
     let ours: Vec<_> = d

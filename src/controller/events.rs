@@ -169,6 +169,91 @@ fn truncate(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scaling::{
+        Bounds, Input, MetricReading, ScaleDownPolicy, Signal, SkipReason, decide,
+    };
+    use k8s_openapi::jiff::Timestamp;
+
+    fn scaler() -> LLMScaler {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "autoscaling.modelsphere.dev/v1alpha1", "kind": "LLMScaler",
+            "metadata": { "name": "s", "namespace": "ns" },
+            "spec": {
+                "targetRef": { "apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm" },
+                "serverAddress": "http://prom:9090",
+                "serverHeaders": { "Authorization": "Bearer hunter2" },
+                "minReplicas": 1, "maxReplicas": 10,
+                "metrics": [
+                    { "name": "kv", "query": "avg(kv)", "target": "0.5" },
+                    { "name": "p99", "query": "histogram_quantile(0.99, x)", "target": "2" }
+                ],
+                "scaleDown": { "maxStepReplicas": 2 }
+            }
+        }))
+        .unwrap()
+    }
+
+    fn run(kv: f64, spec_replicas: i32) -> (Decision, TargetState) {
+        let target = TargetState {
+            spec_replicas,
+            ready_replicas: spec_replicas,
+            rollout: None,
+        };
+        let decision = decide(&Input {
+            signal: Signal::Ratio(vec![
+                MetricReading {
+                    name: "kv".into(),
+                    value: Ok(kv),
+                    target: 0.5,
+                },
+                MetricReading {
+                    name: "p99".into(),
+                    value: Err(SkipReason::Unavailable(
+                        "the query returned no series (an empty vector)".into(),
+                    )),
+                    target: 2.0,
+                },
+            ]),
+            target: target.clone(),
+            bounds: Bounds { min: 1, max: 10 },
+            scale_down: ScaleDownPolicy {
+                window_seconds: 0,
+                max_step: 2,
+            },
+            history: vec![],
+            now: Timestamp::UNIX_EPOCH,
+        });
+        (decision, target)
+    }
+
+    #[test]
+    fn a_scale_up_names_the_driving_metric_and_skips_carry_the_query() {
+        let (d, t) = run(1.0, 2);
+        let notes = decision_notes(&scaler(), &d, &t);
+        assert_eq!(notes[0].reason, "MetricSkipped");
+        assert!(notes[0].warning);
+        assert_eq!(
+            notes[0].message,
+            "metric p99 skipped this sync: the query returned no series (an empty vector) (query: histogram_quantile(0.99, x))"
+        );
+        assert_eq!(notes[1].reason, "ScaledUp");
+        assert_eq!(
+            notes[1].message,
+            "scaled Deployment/vllm from 2 to 4 (metric kv = 1 recommended 4)"
+        );
+        assert!(notes.iter().all(|n| !n.message.contains("hunter2")));
+    }
+
+    #[test]
+    fn a_capped_scale_down_says_where_it_is_going() {
+        let (d, t) = run(0.0, 8);
+        let notes = decision_notes(&scaler(), &d, &t);
+        let down = notes.iter().find(|n| n.reason == "ScaledDown").unwrap();
+        assert_eq!(
+            down.message,
+            "scaled Deployment/vllm from 8 to 6 (metric kv = 0 recommended 0), on the way to 1"
+        );
+    }
 
     #[test]
     fn truncates_on_a_char_boundary() {
