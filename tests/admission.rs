@@ -216,18 +216,6 @@ fn invalid_cases() -> Vec<Case> {
                 "customProvider is required when metricProvider is Custom: set customProvider.serviceId",
             ],
         },
-        Case {
-            what: "a relative decision path",
-            spec: with(
-                with(valid_spec(), "/metricProvider", json!("Custom")),
-                "/customProvider",
-                json!({ "serviceId": "svc", "path": "decisions" }),
-            ),
-            expect: vec![
-                "spec.customProvider.path",
-                "must be an absolute path starting with '/'",
-            ],
-        },
     ];
     for bad in ["-1", "NaN", "abc", "", "1e3", "Inf"] {
         cases.push(Case {

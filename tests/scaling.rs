@@ -8,194 +8,12 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::Operator;
-use common::prometheus::{Exporter, Prometheus};
-use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use common::env::{Env, WAIT};
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
-use llmscaleoperator::api::LLMScaler;
-use serde_json::{Value, json};
-
-const WAIT: Duration = Duration::from_secs(60);
-
-struct Env {
-    client: Client,
-    ns: String,
-    exporter: Exporter,
-    prometheus: Prometheus,
-}
-
-impl Env {
-    async fn new(prefix: &str) -> Self {
-        assert_eq!(
-            common::cluster_profile(),
-            "full",
-            "needs CLUSTER_PROFILE=full make cluster-up (make test does)"
-        );
-        let client = common::client().await;
-        common::ensure_crd(&client).await;
-        let ns = common::namespace(&client, prefix).await;
-        let exporter = Exporter::start().await;
-        let prometheus = Prometheus::start(&exporter).await;
-        Self {
-            client,
-            ns,
-            exporter,
-            prometheus,
-        }
-    }
-
-    /// The series this test drives, and the query that reads it.
-    fn series(&self, metric: &str) -> String {
-        format!("{metric}{{test=\"{}\"}}", self.ns)
-    }
-
-    fn query(&self, metric: &str) -> String {
-        format!("avg({})", self.series(metric))
-    }
-
-    /// Sets a metric and waits until Prometheus serves the new value.
-    async fn set(&self, metric: &str, value: f64) {
-        self.exporter.set(&self.series(metric), value);
-        self.prometheus
-            .wait_for_value(&self.query(metric), value)
-            .await;
-    }
-
-    fn deployments(&self) -> Api<Deployment> {
-        Api::namespaced(self.client.clone(), &self.ns)
-    }
-
-    fn scalers(&self) -> Api<LLMScaler> {
-        Api::namespaced(self.client.clone(), &self.ns)
-    }
-
-    async fn deployment(&self, name: &str, replicas: i32) {
-        let d: Deployment = serde_json::from_value(json!({
-            "metadata": { "name": name, "labels": { "app": name, "owner": "helm" }, "annotations": { "note": "keep" } },
-            "spec": {
-                "replicas": replicas,
-                "selector": { "matchLabels": { "app": name } },
-                "template": {
-                    "metadata": { "labels": { "app": name } },
-                    "spec": { "containers": [{ "name": "vllm", "image": "registry.k8s.io/pause:3.10" }] }
-                }
-            }
-        }))
-        .unwrap();
-        self.deployments()
-            .create(&PostParams::default(), &d)
-            .await
-            .unwrap();
-        self.wait_ready(name, replicas).await;
-    }
-
-    /// Waits until the Deployment asks for and has `replicas` ready replicas.
-    async fn wait_ready(&self, name: &str, replicas: i32) {
-        let api = self.deployments();
-        common::eventually(
-            &format!("{name} at {replicas} ready replicas"),
-            WAIT,
-            || async {
-                let d = api.get(name).await.ok()?;
-                let spec = d.spec?.replicas?;
-                let ready = d.status?.ready_replicas.unwrap_or(0);
-                (spec == replicas && ready == replicas).then_some(())
-            },
-        )
-        .await;
-    }
-
-    async fn spec_replicas(&self, name: &str) -> i32 {
-        self.deployments()
-            .get(name)
-            .await
-            .unwrap()
-            .spec
-            .unwrap()
-            .replicas
-            .unwrap()
-    }
-
-    async fn scaler(&self, name: &str, target: &str, spec: Value) {
-        let mut full = json!({
-            "targetRef": { "apiVersion": "apps/v1", "kind": "Deployment", "name": target },
-            "serverAddress": self.prometheus.url,
-            "syncPeriodSeconds": 1,
-            "retryPeriodSeconds": 1,
-        });
-        full.as_object_mut()
-            .unwrap()
-            .extend(spec.as_object().unwrap().clone());
-        let scaler: LLMScaler = serde_json::from_value(json!({
-            "apiVersion": "autoscaling.modelsphere.dev/v1alpha1",
-            "kind": "LLMScaler",
-            "metadata": { "name": name },
-            "spec": full,
-        }))
-        .unwrap();
-        self.scalers()
-            .create(&PostParams::default(), &scaler)
-            .await
-            .unwrap();
-    }
-
-    async fn condition(&self, scaler: &str, type_: &str) -> Option<(String, String, String)> {
-        let s = self.scalers().get(scaler).await.ok()?;
-        let c = s
-            .status?
-            .conditions
-            .into_iter()
-            .find(|c| c.type_ == type_)?;
-        Some((c.status, c.reason, c.message))
-    }
-
-    /// Events about `scaler` whose reason is `reason`, as "note" strings.
-    async fn events(&self, scaler: &str, reason: &str) -> Vec<String> {
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
-        api.list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(scaler))
-            .filter(|e| e.reason.as_deref() == Some(reason))
-            .filter_map(|e| e.note)
-            .collect()
-    }
-
-    async fn wait_event(&self, scaler: &str, reason: &str, fragment: &str) -> String {
-        common::eventually(
-            &format!("a {reason} event containing {fragment:?}"),
-            WAIT,
-            || async {
-                self.events(scaler, reason)
-                    .await
-                    .into_iter()
-                    .find(|n| n.contains(fragment))
-            },
-        )
-        .await
-    }
-
-    /// Asserts spec.replicas of `name` stays `replicas` for `period` (the controller syncs every
-    /// second, so several syncs run in that time).
-    async fn stays(&self, name: &str, replicas: i32, period: Duration) {
-        let until = Instant::now() + period;
-        while Instant::now() < until {
-            assert_eq!(
-                self.spec_replicas(name).await,
-                replicas,
-                "{name} must stay at {replicas}"
-            );
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-    }
-
-    async fn done(self) {
-        common::delete_namespace(&self.client, &self.ns).await;
-    }
-}
+use serde_json::json;
 
 #[tokio::test]
 async fn scales_up_from_one_on_a_hot_metric_and_owns_only_spec_replicas() {
@@ -379,8 +197,8 @@ async fn an_unmeasurable_metric_holds_and_a_guardrail_nan_does_not_drive() {
         .await;
 
     // Now every metric fails: the series disappear. The fleet holds instead of reading zero.
-    env.exporter.remove(&env.series("kv"));
-    env.prometheus.wait_for_empty(&env.query("kv")).await;
+    env.exporter().remove(&env.series("kv"));
+    env.prometheus().wait_for_empty(&env.query("kv")).await;
     env.wait_event("guard", "ScalingHeld", "no metric could be measured")
         .await;
     env.stays("vllm", 8, Duration::from_secs(4)).await;
@@ -396,12 +214,12 @@ async fn an_unmeasurable_metric_holds_and_a_guardrail_nan_does_not_drive() {
 async fn a_multi_series_query_holds_with_the_reason_in_an_event() {
     let env = Env::new("multi").await;
     env.deployment("vllm", 2).await;
-    env.exporter
+    env.exporter()
         .set(&format!("kv{{test=\"{}\",pod=\"a\"}}", env.ns), 0.1);
-    env.exporter
+    env.exporter()
         .set(&format!("kv{{test=\"{}\",pod=\"b\"}}", env.ns), 0.1);
     let raw = format!("kv{{test=\"{}\"}}", env.ns);
-    env.prometheus
+    env.prometheus()
         .wait_for_value(&format!("count({raw})"), 2.0)
         .await;
     let _operator = Operator::start(&env.client, &env.ns);
@@ -449,7 +267,7 @@ async fn prometheus_down_holds_the_fleet() {
         (status == "True").then_some(())
     })
     .await;
-    env.prometheus.stop();
+    env.prometheus_mut().stop();
     env.wait_event("down", "MetricSkipped", "request to").await;
     env.wait_event("down", "ScalingHeld", "stays at 2").await;
     env.stays("vllm", 2, Duration::from_secs(3)).await;
@@ -880,7 +698,7 @@ async fn server_headers_are_sent_and_never_shown() {
     env.deployment("authed", 1).await;
     env.deployment("anon", 1).await;
     env.set("kv", 2.0).await;
-    let proxy = authenticating_proxy(env.prometheus.url.clone(), TOKEN).await;
+    let proxy = authenticating_proxy(env.prometheus().url.clone(), TOKEN).await;
     let _operator = Operator::start(&env.client, &env.ns);
     env.scaler(
         "authed",

@@ -226,10 +226,9 @@ pub struct CustomProvider {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
 
-    /// Request path on serverAddress.
+    /// Request path on serverAddress, e.g. /decisions or /v2/decisions (a missing leading slash
+    /// is added).
     #[serde(default = "default_decision_path")]
-    #[x_kube(validation = Rule::new("self.startsWith('/')")
-        .message("customProvider.path must be an absolute path starting with '/', e.g. /decisions"))]
     #[schemars(length(max = 1024))]
     pub path: String,
 }

@@ -5,7 +5,9 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Resource, ResourceExt};
 
 use crate::api::{LLMScaler, MetricProvider};
-use crate::scaling::{Decision, DeferReason, HoldReason, LimitReason, Reason, TargetState};
+use crate::scaling::{
+    DECISION_METRIC, Decision, DeferReason, HoldReason, LimitReason, Reason, TargetState,
+};
 
 /// One event to publish.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,6 +131,7 @@ fn driver(decision: &Decision) -> Option<String> {
         .filter_map(|m| m.recommendation.as_ref().ok().map(|r| (r, m)))
         .max_by_key(|(r, _)| **r)
         .map(|(r, m)| match m.value {
+            _ if m.name == DECISION_METRIC => format!("the decision server asked for {r}"),
             Some(v) => format!("metric {} = {v} recommended {r}", m.name),
             None => format!("metric {} recommended {r}", m.name),
         })
@@ -146,13 +149,24 @@ pub async fn publish(recorder: &Recorder, scaler: &LLMScaler, notes: &[Note]) {
             },
             reason: note.reason.to_owned(),
             note: Some(truncate(&note.message, 1000)),
-            action: "Sync".to_owned(),
+            action: action(note),
             secondary: None,
         };
         if let Err(error) = recorder.publish(&event, &reference).await {
             tracing::warn!(scaler = %scaler.name_any(), reason = note.reason, %error, "cannot publish event");
         }
     }
+}
+
+/// The Recorder folds events that share type, reason and action into one series and never
+/// updates the note, so a new message under the same reason would be lost. The action therefore
+/// carries a digest of the message: a repeat of the same message is counted, a different one is
+/// its own event.
+fn action(note: &Note) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    note.message.hash(&mut hasher);
+    format!("Sync-{:016x}", hasher.finish())
 }
 
 fn truncate(text: &str, max: usize) -> String {
@@ -253,6 +267,15 @@ mod tests {
             down.message,
             "scaled Deployment/vllm from 8 to 6 (metric kv = 0 recommended 0), on the way to 1"
         );
+    }
+
+    #[test]
+    fn repeats_share_an_action_and_new_messages_do_not() {
+        let a = Note::warning("ScalingHeld", "server down".into());
+        let b = Note::warning("ScalingHeld", "bad JSON".into());
+        assert_eq!(action(&a), action(&a.clone()));
+        assert_ne!(action(&a), action(&b));
+        assert!(action(&a).len() <= 128);
     }
 
     #[test]

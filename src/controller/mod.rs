@@ -33,6 +33,19 @@ pub struct Context {
     pub cache: MetricCache,
     pub recorder: Recorder,
     pub metrics: Metrics,
+    /// (topic, scaler uid) pairs already told once.
+    told: std::sync::Mutex<std::collections::HashSet<(&'static str, String)>>,
+}
+
+impl Context {
+    /// True the first time it is asked about this topic for this scaler incarnation.
+    pub fn first_time(&self, topic: &'static str, uid: &str) -> bool {
+        let mut told = self
+            .told
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        told.insert((topic, uid.to_owned()))
+    }
 }
 
 /// Which LLMScalers this process is responsible for.
@@ -77,6 +90,7 @@ pub async fn run(client: Client, scope: Scope, shared: Shared, shutdown: Cancell
         http: shared.http,
         cache: shared.cache,
         metrics: shared.metrics,
+        told: Default::default(),
         client,
     });
 

@@ -18,10 +18,11 @@ use super::{Context, scale, target};
 use crate::api::validation::parse_target;
 use crate::api::{LLMScaler, LLMScalerStatus, MetricProvider};
 use crate::scaling::{
-    Bounds, Decision, Input, MetricReading, Reason, ScaleDownPolicy, Signal, SkipReason, decide,
+    Bounds, DECISION_METRIC, Decision, Input, MetricReading, Reason, ScaleDownPolicy, Signal,
+    SkipReason, decide,
 };
 use crate::signals::cache::{CachedMetric, ScalerKey, ScalerSnapshot};
-use crate::signals::{http, prometheus};
+use crate::signals::{decision, http, prometheus};
 use crate::telemetry::metrics::{MetricLabels, ScaleLabels, ScalerLabels, SyncLabels};
 
 #[derive(Debug, Error)]
@@ -89,6 +90,18 @@ pub async fn reconcile(
             )
         }
     };
+    if scaler.spec.metric_provider == MetricProvider::Custom
+        && scaler.spec.scale_down.deletion_cost_query.is_some()
+        && ctx.first_time("deletion-cost-ignored", &scaler.uid().unwrap_or_default())
+    {
+        tracing::info!(scaler = %scaler.name_any(), "deletionCostQuery is PromQL and is ignored under the Custom provider");
+        let note = Note {
+            warning: false,
+            reason: "DeletionCostQueryIgnored",
+            message: "scaleDown.deletionCostQuery is PromQL and is ignored under the Custom provider; the newest pods are removed first".to_owned(),
+        };
+        events::publish(&ctx.recorder, &scaler, &[note]).await;
+    }
     if scaler.spec.preemption.is_some() {
         let note = Note {
             warning: false,
@@ -149,9 +162,7 @@ async fn sync(
 
     let signal = match spec.metric_provider {
         MetricProvider::Prometheus => Signal::Ratio(read_metrics(scaler, ctx, namespace).await?),
-        MetricProvider::Custom => Signal::Absolute(Err(
-            "the Custom metric provider is not available in this version".to_owned(),
-        )),
+        MetricProvider::Custom => Signal::Absolute(read_decision(scaler, ctx, namespace).await?),
     };
     let uid = scaler.uid().unwrap_or_default();
     let input = Input {
@@ -245,6 +256,46 @@ async fn read_metrics(
         }
     });
     Ok(join_all(queries).await)
+}
+
+/// Asks the decision server. A spec the controller cannot use fails the sync; an answer that
+/// cannot be used is a reason to hold.
+async fn read_decision(
+    scaler: &LLMScaler,
+    ctx: &Context,
+    namespace: &str,
+) -> Result<Result<i32, String>, Failure> {
+    let spec = &scaler.spec;
+    let invalid = |message: String| Failure {
+        reason: "InvalidSpec",
+        message,
+    };
+    let provider = spec.custom_provider.as_ref().ok_or_else(|| {
+        invalid("customProvider is required when metricProvider is Custom".to_owned())
+    })?;
+    let headers =
+        http::headers(spec.server_headers.as_ref()).map_err(|e| invalid(e.to_string()))?;
+    let url = decision::decision_url(&spec.server_address, &provider.path, &provider.service_id)
+        .map_err(|e| invalid(e.to_string()))?;
+    let started = Instant::now();
+    let count = decision::fetch_decision(
+        &ctx.http,
+        &url,
+        &headers,
+        &provider.service_id,
+        provider.namespace.as_deref(),
+    )
+    .await;
+    ctx.metrics.observe_query(
+        MetricLabels {
+            namespace: namespace.to_owned(),
+            scaler: scaler.name_any(),
+            metric: DECISION_METRIC.to_owned(),
+        },
+        started.elapsed(),
+        count.is_ok(),
+    );
+    Ok(count.map_err(|e| format!("the decision server gave no usable count: {e}")))
 }
 
 /// Writes the status if, and only if, it changed.

@@ -6,6 +6,9 @@ use super::recommend::{SkipReason, ratio_recommendation};
 use super::stabilization::{Entry, record, stabilized};
 use super::step::cap_scale_down;
 
+/// The name under which an absolute decision appears among the metrics (status, cache, events).
+pub const DECISION_METRIC: &str = "decision";
+
 /// The replica bounds of the spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bounds {
@@ -175,16 +178,26 @@ pub fn decide(input: &Input) -> Decision {
             }
             (best, metrics)
         }
-        Signal::Absolute(Ok(count)) if *count >= 0 => (Some(*count), Vec::new()),
-        Signal::Absolute(Ok(count)) => {
-            reasons.push(Reason::Held(HoldReason::SignalUnavailable(format!(
-                "the decision is a negative replica count ({count})"
-            ))));
-            (None, Vec::new())
+        Signal::Absolute(Ok(count)) if *count >= 0 => {
+            let outcome = MetricOutcome {
+                name: DECISION_METRIC.to_owned(),
+                value: Some(f64::from(*count)),
+                recommendation: Ok(*count),
+            };
+            (Some(*count), vec![outcome])
         }
-        Signal::Absolute(Err(why)) => {
+        Signal::Absolute(result) => {
+            let why = match result {
+                Ok(count) => format!("the decision is a negative replica count ({count})"),
+                Err(why) => why.clone(),
+            };
             reasons.push(Reason::Held(HoldReason::SignalUnavailable(why.clone())));
-            (None, Vec::new())
+            let outcome = MetricOutcome {
+                name: DECISION_METRIC.to_owned(),
+                value: None,
+                recommendation: Err(SkipReason::Unavailable(why)),
+            };
+            (None, vec![outcome])
         }
     };
 
@@ -213,7 +226,9 @@ pub fn decide(input: &Input) -> Decision {
         }));
     }
 
-    let desired = stabilized(clamped, current, history, scale_down.window_seconds, *now);
+    // History recorded under an older, higher maxReplicas must not hold the fleet above today's.
+    let desired = stabilized(clamped, current, history, scale_down.window_seconds, *now)
+        .min(bounds.max.max(clamped));
     if desired > clamped {
         reasons.push(Reason::Limited(LimitReason::Stabilized {
             recommended: clamped,
@@ -630,6 +645,18 @@ mod tests {
         assert_eq!((d.desired, d.write), (2, None));
         let d = decide(&input(Signal::Absolute(Ok(-3)), settled(2), 0, 20));
         assert_eq!(d.write, None);
+    }
+
+    #[test]
+    fn a_lowered_max_replicas_caps_the_stabilized_hold() {
+        let mut i = input(Signal::Ratio(vec![metric("q", 0.0, 1.0)]), settled(8), 0, 3);
+        i.scale_down.window_seconds = 300;
+        i.history = vec![Entry {
+            at: t(-10),
+            replicas: 8,
+        }];
+        let d = decide(&i);
+        assert_eq!((d.desired, d.write), (3, Some(3)));
     }
 
     #[test]

@@ -10,8 +10,8 @@ mod stabilization;
 mod step;
 
 pub use decision::{
-    Bounds, Decision, DeferReason, HoldReason, Input, LimitReason, MetricOutcome, MetricReading,
-    Reason, ScaleDownPolicy, Signal, TargetState, decide,
+    Bounds, DECISION_METRIC, Decision, DeferReason, HoldReason, Input, LimitReason, MetricOutcome,
+    MetricReading, Reason, ScaleDownPolicy, Signal, TargetState, decide,
 };
 pub use recommend::{SkipReason, ratio_recommendation};
 pub use stabilization::{Entry, MAX_HISTORY, record, stabilized};

@@ -142,6 +142,7 @@ pub fn read_yaml<T: serde::de::DeserializeOwned>(relative: &str) -> T {
     serde_norway::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+pub mod env;
 pub mod prometheus;
 
 /// The controller running in this test process, scoped to one namespace; stopped when dropped.

@@ -1,0 +1,214 @@
+//! A test's world: its own namespace on the full control plane and, usually, a Prometheus
+//! scraping an exporter the test drives.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::events::v1::Event;
+use kube::Client;
+use kube::api::{Api, ListParams, PostParams};
+use llmscaleoperator::api::LLMScaler;
+use serde_json::{Value, json};
+
+use super::prometheus::{Exporter, Prometheus};
+
+pub const WAIT: Duration = Duration::from_secs(60);
+
+pub struct Env {
+    pub client: Client,
+    pub ns: String,
+    signal: Option<(Exporter, Prometheus)>,
+}
+
+impl Env {
+    /// A namespace on the full control plane, with a Prometheus scraping a test exporter.
+    pub async fn new(prefix: &str) -> Self {
+        let mut env = Self::without_prometheus(prefix).await;
+        let exporter = Exporter::start().await;
+        let prometheus = Prometheus::start(&exporter).await;
+        env.signal = Some((exporter, prometheus));
+        env
+    }
+
+    /// A namespace on the full control plane, with the CRD installed.
+    pub async fn without_prometheus(prefix: &str) -> Self {
+        assert_eq!(
+            super::cluster_profile(),
+            "full",
+            "needs CLUSTER_PROFILE=full make cluster-up (make test does)"
+        );
+        let client = super::client().await;
+        super::ensure_crd(&client).await;
+        let ns = super::namespace(&client, prefix).await;
+        Self {
+            client,
+            ns,
+            signal: None,
+        }
+    }
+
+    pub fn exporter(&self) -> &Exporter {
+        &self.signal.as_ref().expect("this Env has no Prometheus").0
+    }
+
+    pub fn prometheus(&self) -> &Prometheus {
+        &self.signal.as_ref().expect("this Env has no Prometheus").1
+    }
+
+    pub fn prometheus_mut(&mut self) -> &mut Prometheus {
+        &mut self.signal.as_mut().expect("this Env has no Prometheus").1
+    }
+
+    /// The series this test drives, and the query that reads it.
+    pub fn series(&self, metric: &str) -> String {
+        format!("{metric}{{test=\"{}\"}}", self.ns)
+    }
+
+    pub fn query(&self, metric: &str) -> String {
+        format!("avg({})", self.series(metric))
+    }
+
+    /// Sets a metric and waits until Prometheus serves the new value.
+    pub async fn set(&self, metric: &str, value: f64) {
+        self.exporter().set(&self.series(metric), value);
+        self.prometheus()
+            .wait_for_value(&self.query(metric), value)
+            .await;
+    }
+
+    pub fn deployments(&self) -> Api<Deployment> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    pub fn scalers(&self) -> Api<LLMScaler> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    pub async fn deployment(&self, name: &str, replicas: i32) {
+        let d: Deployment = serde_json::from_value(json!({
+            "metadata": { "name": name, "labels": { "app": name, "owner": "helm" }, "annotations": { "note": "keep" } },
+            "spec": {
+                "replicas": replicas,
+                "selector": { "matchLabels": { "app": name } },
+                "template": {
+                    "metadata": { "labels": { "app": name } },
+                    "spec": { "containers": [{ "name": "vllm", "image": "registry.k8s.io/pause:3.10" }] }
+                }
+            }
+        }))
+        .unwrap();
+        self.deployments()
+            .create(&PostParams::default(), &d)
+            .await
+            .unwrap();
+        self.wait_ready(name, replicas).await;
+    }
+
+    /// Waits until the Deployment asks for and has `replicas` ready replicas.
+    pub async fn wait_ready(&self, name: &str, replicas: i32) {
+        let api = self.deployments();
+        super::eventually(
+            &format!("{name} at {replicas} ready replicas"),
+            WAIT,
+            || async {
+                let d = api.get(name).await.ok()?;
+                let spec = d.spec?.replicas?;
+                let ready = d.status?.ready_replicas.unwrap_or(0);
+                (spec == replicas && ready == replicas).then_some(())
+            },
+        )
+        .await;
+    }
+
+    pub async fn spec_replicas(&self, name: &str) -> i32 {
+        self.deployments()
+            .get(name)
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .replicas
+            .unwrap()
+    }
+
+    pub async fn scaler(&self, name: &str, target: &str, spec: Value) {
+        let mut full = json!({
+            "targetRef": { "apiVersion": "apps/v1", "kind": "Deployment", "name": target },
+            "serverAddress": self.signal.as_ref().map(|s| s.1.url.clone()).unwrap_or_default(),
+            "syncPeriodSeconds": 1,
+            "retryPeriodSeconds": 1,
+        });
+        full.as_object_mut()
+            .unwrap()
+            .extend(spec.as_object().unwrap().clone());
+        let scaler: LLMScaler = serde_json::from_value(json!({
+            "apiVersion": "autoscaling.modelsphere.dev/v1alpha1",
+            "kind": "LLMScaler",
+            "metadata": { "name": name },
+            "spec": full,
+        }))
+        .unwrap();
+        self.scalers()
+            .create(&PostParams::default(), &scaler)
+            .await
+            .unwrap();
+    }
+
+    pub async fn condition(&self, scaler: &str, type_: &str) -> Option<(String, String, String)> {
+        let s = self.scalers().get(scaler).await.ok()?;
+        let c = s
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == type_)?;
+        Some((c.status, c.reason, c.message))
+    }
+
+    /// Events about `scaler` whose reason is `reason`, as "note" strings.
+    pub async fn events(&self, scaler: &str, reason: &str) -> Vec<String> {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
+        api.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(scaler))
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .filter_map(|e| e.note)
+            .collect()
+    }
+
+    pub async fn wait_event(&self, scaler: &str, reason: &str, fragment: &str) -> String {
+        super::eventually(
+            &format!("a {reason} event containing {fragment:?}"),
+            WAIT,
+            || async {
+                self.events(scaler, reason)
+                    .await
+                    .into_iter()
+                    .find(|n| n.contains(fragment))
+            },
+        )
+        .await
+    }
+
+    /// Asserts spec.replicas of `name` stays `replicas` for `period` (the controller syncs every
+    /// second, so several syncs run in that time).
+    pub async fn stays(&self, name: &str, replicas: i32, period: Duration) {
+        let until = Instant::now() + period;
+        while Instant::now() < until {
+            assert_eq!(
+                self.spec_replicas(name).await,
+                replicas,
+                "{name} must stay at {replicas}"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    pub async fn done(self) {
+        super::delete_namespace(&self.client, &self.ns).await;
+    }
+}
