@@ -7,6 +7,7 @@ pub mod scale;
 pub mod status;
 pub mod target;
 pub mod targets;
+pub mod victims;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,6 +36,9 @@ pub struct Context {
     pub metrics: Metrics,
     /// (topic, scaler uid) pairs already told once.
     told: std::sync::Mutex<std::collections::HashSet<(&'static str, String)>>,
+    /// Scaler uids known to have left no deletion-cost marks behind. Unknown (e.g. after a
+    /// restart) counts as "may have marks", so the first sync checks.
+    unmarked: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Context {
@@ -45,6 +49,26 @@ impl Context {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         told.insert((topic, uid.to_owned()))
+    }
+
+    pub fn may_have_marks(&self, uid: &str) -> bool {
+        let unmarked = self
+            .unmarked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        !unmarked.contains(uid)
+    }
+
+    pub fn set_may_have_marks(&self, uid: &str, may: bool) {
+        let mut unmarked = self
+            .unmarked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if may {
+            unmarked.remove(uid);
+        } else {
+            unmarked.insert(uid.to_owned());
+        }
     }
 }
 
@@ -91,6 +115,7 @@ pub async fn run(client: Client, scope: Scope, shared: Shared, shutdown: Cancell
         cache: shared.cache,
         metrics: shared.metrics,
         told: Default::default(),
+        unmarked: Default::default(),
         client,
     });
 

@@ -45,7 +45,7 @@ fn int_at(data: &Value, pointer: &str) -> Option<i32> {
 }
 
 /// The rollout guard applies to the apps group's Deployment only.
-fn is_deployment(kind: &str, api_version: &str) -> bool {
+pub(crate) fn is_deployment(kind: &str, api_version: &str) -> bool {
     kind == "Deployment"
         && api_version
             .split_once('/')

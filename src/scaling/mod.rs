@@ -8,6 +8,7 @@ mod decision;
 mod recommend;
 mod stabilization;
 mod step;
+mod victims;
 
 pub use decision::{
     Bounds, DECISION_METRIC, Decision, DeferReason, HoldReason, Input, LimitReason, MetricOutcome,
@@ -16,3 +17,4 @@ pub use decision::{
 pub use recommend::{SkipReason, ratio_recommendation};
 pub use stabilization::{Entry, MAX_HISTORY, record, stabilized};
 pub use step::cap_scale_down;
+pub use victims::{Candidate, Ranking, pick, victim_costs};

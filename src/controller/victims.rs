@@ -1,0 +1,245 @@
+//! Cache-aware scale-down: before spec.replicas goes down, the pods chosen to go get a low
+//! controller.kubernetes.io/pod-deletion-cost so the ReplicaSet deletes them first; marks that
+//! outlive their purpose are removed on the next sync.
+//!
+//! Our marks are the annotation alone, written by server-side apply under a field manager of their
+//! own; that manager in a pod's managedFields is how a mark is recognised as ours. Removing one is
+//! an apply of nothing under that manager, which takes away exactly the field we set and never a
+//! value someone else owns.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::Selector;
+use kube::{Client, ResourceExt};
+use reqwest::header::HeaderMap;
+use serde_json::json;
+use thiserror::Error;
+
+use crate::scaling::{Candidate, Ranking, pick, victim_costs};
+use crate::signals::prometheus;
+
+pub const DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+/// Field manager of the marks (not the one owning spec.replicas).
+pub const MARK_MANAGER: &str = "llmscaleoperator-victims";
+const REVISION: &str = "deployment.kubernetes.io/revision";
+
+#[derive(Debug, Error)]
+pub enum VictimError {
+    #[error("the Deployment's selector cannot be used: {0}")]
+    Selector(String),
+    #[error("cannot list the Deployment's ReplicaSets or pods: {0}")]
+    List(#[source] kube::Error),
+    #[error("the Deployment has no current ReplicaSet")]
+    NoReplicaSet,
+}
+
+/// Where the warmth of each pod comes from.
+pub enum Warmth<'a> {
+    /// deletionCostQuery against Prometheus.
+    Query {
+        http: &'a reqwest::Client,
+        server: &'a str,
+        headers: &'a HeaderMap,
+        query: &'a str,
+    },
+    /// No measurement: newest pod first.
+    Newest,
+}
+
+/// The outcome of marking, for events.
+#[derive(Debug, Default)]
+pub struct Marked {
+    /// Victims, coldest first, with the cost written.
+    pub victims: Vec<(String, i32)>,
+    /// Pods whose mark could not be written, with the reason.
+    pub failed: Vec<(String, String)>,
+    /// Why the measurement could not be used, when it could not.
+    pub query_error: Option<String>,
+    pub ranking: Option<Ranking>,
+}
+
+/// Picks the `count` coldest Ready pods of the Deployment's current ReplicaSet and marks them,
+/// after removing any older mark of this scaler from pods that are not victims now.
+pub async fn mark(
+    client: &Client,
+    namespace: &str,
+    deployment: &DynamicObject,
+    count: usize,
+    warmth: Warmth<'_>,
+) -> Result<Marked, VictimError> {
+    let params = pods_of(deployment)?;
+    let pods = candidates(client, namespace, deployment, &params).await?;
+    let mut marked = Marked::default();
+    let ranking = match warmth {
+        Warmth::Newest => Ranking::NewestFirst,
+        Warmth::Query { .. } => Ranking::Measured,
+    };
+    let mut measured: Vec<Candidate> = pods
+        .iter()
+        .map(|p| Candidate {
+            name: p.name_any(),
+            created: p.creation_timestamp().map(|t| t.0),
+            warmth: None,
+        })
+        .collect();
+    if let Warmth::Query {
+        http,
+        server,
+        headers,
+        query,
+    } = warmth
+    {
+        match prometheus::query_vector(http, server, headers, query).await {
+            Ok(series) => {
+                for candidate in &mut measured {
+                    candidate.warmth = series
+                        .iter()
+                        .filter(|s| s.labels.get("namespace").is_none_or(|ns| ns == namespace))
+                        .find(|s| s.labels.get("pod") == Some(&candidate.name))
+                        .map(|s| s.value);
+                }
+            }
+            Err(e) => marked.query_error = Some(e.to_string()),
+        }
+    }
+    marked.ranking = Some(ranking);
+    let victims = pick(&measured, count, ranking);
+    let victim_set: BTreeSet<&str> = victims.iter().map(String::as_str).collect();
+
+    // Costs other writers gave the pods that stay; our own old marks are about to go.
+    let kept_costs: Vec<i32> = pods
+        .iter()
+        .filter(|p| !victim_set.contains(p.name_any().as_str()) && !ours(*p))
+        .filter_map(|p| p.annotations().get(DELETION_COST)?.parse().ok())
+        .collect();
+    clear(client, namespace, &params, &victims)
+        .await
+        .map_err(VictimError::List)?;
+
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    for (name, cost) in victims.iter().zip(victim_costs(victims.len(), &kept_costs)) {
+        let apply = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": { "name": name, "annotations": { DELETION_COST: cost.to_string() } },
+        });
+        // No force: a deletion cost someone else owns is theirs; we report and go on.
+        match api
+            .patch(
+                name,
+                &PatchParams::apply(MARK_MANAGER),
+                &Patch::Apply(apply),
+            )
+            .await
+        {
+            Ok(_) => marked.victims.push((name.clone(), cost)),
+            Err(e) => marked.failed.push((name.clone(), e.to_string())),
+        }
+    }
+    Ok(marked)
+}
+
+/// Removes our marks from every pod selected by `params` that is not in `keep`. Returns how
+/// many were cleared.
+pub async fn clear(
+    client: &Client,
+    namespace: &str,
+    params: &ListParams,
+    keep: &[String],
+) -> Result<usize, kube::Error> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let listed = api.list_metadata(params).await?;
+    let mut cleared = 0;
+    for pod in listed.items {
+        let name = pod.name_any();
+        if keep.contains(&name) || !ours(&pod) {
+            continue;
+        }
+        let nothing = json!({ "apiVersion": "v1", "kind": "Pod", "metadata": { "name": name } });
+        match api
+            .patch(
+                &name,
+                &PatchParams::apply(MARK_MANAGER),
+                &Patch::Apply(nothing),
+            )
+            .await
+        {
+            Ok(_) => cleared += 1,
+            // Deleted meanwhile: nothing left to clear.
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(cleared)
+}
+
+/// Whether we own a deletion-cost mark on this object.
+fn ours<K: ResourceExt>(object: &K) -> bool {
+    object
+        .managed_fields()
+        .iter()
+        .any(|m| m.manager.as_deref() == Some(MARK_MANAGER))
+}
+
+/// List parameters selecting the Deployment's pods (its full selector, expressions included).
+pub fn pods_of(deployment: &DynamicObject) -> Result<ListParams, VictimError> {
+    let selector: LabelSelector = deployment
+        .data
+        .pointer("/spec/selector")
+        .cloned()
+        .map(serde_json::from_value)
+        .transpose()
+        .map_err(|e| VictimError::Selector(e.to_string()))?
+        .ok_or_else(|| VictimError::Selector("the Deployment has no spec.selector".to_owned()))?;
+    let selector =
+        Selector::try_from(selector).map_err(|e| VictimError::Selector(e.to_string()))?;
+    Ok(ListParams::default().labels_from(&selector))
+}
+
+/// Ready, non-terminating pods of the Deployment's current ReplicaSet.
+async fn candidates(
+    client: &Client,
+    namespace: &str,
+    deployment: &DynamicObject,
+    params: &ListParams,
+) -> Result<Vec<Pod>, VictimError> {
+    let uid = deployment.uid().unwrap_or_default();
+    let replicasets: Api<ReplicaSet> = Api::namespaced(client.clone(), namespace);
+    let current = replicasets
+        .list(params)
+        .await
+        .map_err(VictimError::List)?
+        .items
+        .into_iter()
+        .filter(|rs| rs.owner_references().iter().any(|o| o.uid == uid))
+        .max_by_key(|rs| {
+            rs.annotations()
+                .get(REVISION)
+                .and_then(|r| r.parse::<i64>().ok())
+                .unwrap_or(0)
+        })
+        .ok_or(VictimError::NoReplicaSet)?;
+    let rs_uid = current.uid().unwrap_or_default();
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    Ok(pods
+        .list(params)
+        .await
+        .map_err(VictimError::List)?
+        .items
+        .into_iter()
+        .filter(|p| p.owner_references().iter().any(|o| o.uid == rs_uid))
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(is_ready)
+        .collect())
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}

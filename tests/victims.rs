@@ -1,0 +1,246 @@
+//! Cache-aware scale-down end to end: the operator marks the coldest pods, and the real
+//! ReplicaSet controller (kube-controller-manager, full profile) deletes exactly those.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::Operator;
+use common::env::{Env, WAIT};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::json;
+
+const COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+
+async fn pods(env: &Env, app: &str) -> Vec<Pod> {
+    let api: Api<Pod> = Api::namespaced(env.client.clone(), &env.ns);
+    let mut pods = api
+        .list(&ListParams::default().labels(&format!("app={app}")))
+        .await
+        .unwrap()
+        .items;
+    pods.sort_by_key(|p| p.name_any());
+    pods
+}
+
+async fn pod_names(env: &Env, app: &str) -> BTreeSet<String> {
+    pods(env, app)
+        .await
+        .into_iter()
+        .map(|p| p.name_any())
+        .collect()
+}
+
+/// Waits until exactly `want` pods remain (the ReplicaSet controller has deleted the rest).
+async fn wait_pods(env: &Env, app: &str, want: &BTreeSet<String>) {
+    common::eventually(&format!("pods {want:?}"), WAIT, || async {
+        (pod_names(env, app).await == *want).then_some(())
+    })
+    .await;
+}
+
+/// Waits one full sync of the scaler after now (its ScalingActive message is refreshed).
+async fn assert_no_marks(env: &Env, app: &str) {
+    common::eventually("no pod to carry a deletion-cost mark", WAIT, || async {
+        pods(env, app)
+            .await
+            .iter()
+            .all(|p| !p.annotations().contains_key(COST))
+            .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_coldest_caches_are_the_pods_deleted() {
+    let env = Env::new("victims-measured").await;
+    env.deployment("vllm", 4).await;
+    let names: Vec<String> = pod_names(&env, "vllm").await.into_iter().collect();
+    // Per-pod KV-cache use, as vLLM pods export it.
+    let usage = [0.9, 0.2, 0.7, 0.5];
+    for (pod, value) in names.iter().zip(usage) {
+        env.exporter().set(
+            &format!(
+                "kv_usage{{test=\"{}\",namespace=\"{}\",pod=\"{pod}\"}}",
+                env.ns, env.ns
+            ),
+            value,
+        );
+    }
+    env.prometheus()
+        .wait_for_value(&format!("count(kv_usage{{test=\"{}\"}})", env.ns), 4.0)
+        .await;
+    env.set("load", 1.0).await;
+    let _operator = Operator::start(&env.client, &env.ns);
+    env.scaler(
+        "cache-aware",
+        "vllm",
+        json!({
+            "minReplicas": 2, "maxReplicas": 4,
+            "metrics": [{ "name": "load", "query": env.query("load"), "target": "1" }],
+            "scaleDown": { "deletionCostQuery": format!("kv_usage{{test=\"{}\"}} * 100", env.ns) }
+        }),
+    )
+    .await;
+    common::eventually("a steady sync at 4", WAIT, || async {
+        let (_, _, message) = env.condition("cache-aware", "ScalingActive").await?;
+        message.contains("recommends 4").then_some(())
+    })
+    .await;
+    assert_no_marks(&env, "vllm").await;
+
+    // The load halves: 4 -> 2, and the 0.2 and 0.5 pods are the ones to go.
+    env.set("load", 0.5).await;
+    let keep: BTreeSet<String> = [names[0].clone(), names[2].clone()].into();
+    wait_pods(&env, "vllm", &keep).await;
+    env.wait_event("cache-aware", "VictimsSelected", &names[1])
+        .await;
+    assert_no_marks(&env, "vllm").await;
+    env.done().await;
+}
+
+#[tokio::test]
+async fn without_a_query_the_newest_pods_are_deleted() {
+    let env = Env::new("victims-newest").await;
+    env.deployment("vllm", 2).await;
+    let old = pod_names(&env, "vllm").await;
+    // creationTimestamp has one-second resolution: let a second pass so the new pods are newer.
+    let newest_old = pods(&env, "vllm")
+        .await
+        .iter()
+        .filter_map(|p| p.creation_timestamp())
+        .max()
+        .unwrap();
+    common::eventually("the clock to pass the old pods' second", WAIT, || async {
+        (k8s_openapi::jiff::Timestamp::now().as_second() > newest_old.0.as_second()).then_some(())
+    })
+    .await;
+    env.deployments()
+        .patch(
+            "vllm",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "replicas": 4 } })),
+        )
+        .await
+        .unwrap();
+    env.wait_ready("vllm", 4).await;
+
+    env.set("load", 0.5).await;
+    let _operator = Operator::start(&env.client, &env.ns);
+    env.scaler(
+        "newest",
+        "vllm",
+        json!({
+            "minReplicas": 2, "maxReplicas": 4,
+            "metrics": [{ "query": env.query("load"), "target": "1" }]
+        }),
+    )
+    .await;
+    let new: Vec<String> = pod_names(&env, "vllm")
+        .await
+        .difference(&old)
+        .cloned()
+        .collect();
+    wait_pods(&env, "vllm", &old).await;
+    let note = env
+        .wait_event("newest", "VictimsSelected", "newest first")
+        .await;
+    assert!(
+        new.iter().all(|pod| note.contains(pod.as_str())),
+        "the new pods were the ones marked: {note}"
+    );
+    assert_no_marks(&env, "vllm").await;
+    env.done().await;
+}
+
+#[tokio::test]
+async fn a_mark_left_by_a_scale_down_that_did_not_happen_is_removed() {
+    let env = Env::new("victims-cleanup").await;
+    env.deployment("vllm", 3).await;
+    let names: Vec<String> = pod_names(&env, "vllm").await.into_iter().collect();
+    let api: Api<Pod> = Api::namespaced(env.client.clone(), &env.ns);
+    // A mark exactly as the operator writes it, left over from a scale-down that was deferred...
+    let ours = json!({ "apiVersion": "v1", "kind": "Pod", "metadata": { "name": names[0], "annotations": { COST: "-1" } } });
+    api.patch(
+        &names[0],
+        &PatchParams::apply("llmscaleoperator-victims"),
+        &Patch::Apply(ours),
+    )
+    .await
+    .unwrap();
+    // ...and someone else's deletion cost, which is not ours to remove.
+    let theirs = json!({ "metadata": { "annotations": { COST: "7" } } });
+    api.patch(&names[1], &PatchParams::default(), &Patch::Merge(theirs))
+        .await
+        .unwrap();
+
+    // A steady metric: nothing to scale down, so the old mark must go on the next sync.
+    env.set("load", 1.0).await;
+    let _operator = Operator::start(&env.client, &env.ns);
+    env.scaler(
+        "tidy",
+        "vllm",
+        json!({
+            "minReplicas": 1, "maxReplicas": 3,
+            "metrics": [{ "query": env.query("load"), "target": "1" }]
+        }),
+    )
+    .await;
+    common::eventually("our old mark to be removed", WAIT, || async {
+        let pod = api.get(&names[0]).await.ok()?;
+        (!pod.annotations().contains_key(COST)).then_some(())
+    })
+    .await;
+    env.stays("vllm", 3, Duration::from_secs(2)).await;
+    let other = api.get(&names[1]).await.unwrap();
+    assert_eq!(
+        other.annotations().get(COST).map(String::as_str),
+        Some("7"),
+        "another writer's cost stays"
+    );
+    env.done().await;
+}
+
+#[tokio::test]
+async fn behavior_none_marks_nothing_and_says_so_once() {
+    let env = Env::new("victims-none").await;
+    env.deployment("vllm", 3).await;
+    env.set("load", 0.0).await;
+    let _operator = Operator::start(&env.client, &env.ns);
+    env.scaler(
+        "plain",
+        "vllm",
+        json!({
+            "minReplicas": 1, "maxReplicas": 3,
+            "metrics": [{ "query": env.query("load"), "target": "1" }],
+            "scaleDown": { "behavior": "None", "maxStepReplicas": 1 }
+        }),
+    )
+    .await;
+    env.wait_ready("vllm", 1).await;
+    env.wait_event("plain", "NoVictimSelection", "scaleDown.behavior is None")
+        .await;
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(env.client.clone(), &env.ns);
+    let told: Vec<_> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("NoVictimSelection"))
+        .collect();
+    assert_eq!(told.len(), 1);
+    assert!(
+        told[0].series.is_none(),
+        "said once over two scale-downs, not repeated: {:?}",
+        told[0].series
+    );
+    assert!(env.events("plain", "VictimsSelected").await.is_empty());
+    env.done().await;
+}
