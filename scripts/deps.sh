@@ -4,7 +4,7 @@ set -euo pipefail
 
 need_apt=()
 command -v prometheus >/dev/null || need_apt+=(prometheus)
-for tool in openssl curl jq; do command -v "$tool" >/dev/null || need_apt+=("$tool"); done
+for tool in openssl curl jq python3; do command -v "$tool" >/dev/null || need_apt+=("$tool"); done
 [ -e /etc/ssl/certs/ca-certificates.crt ] || need_apt+=(ca-certificates)
 if [ "${#need_apt[@]}" -gt 0 ]; then
   echo "deps: installing ${need_apt[*]}"
