@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod controller;
+pub mod extmetrics;
 pub mod scaling;
 pub mod signals;
 pub mod telemetry;

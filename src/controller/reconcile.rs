@@ -525,6 +525,7 @@ fn record(
             current_replicas: target.ready_replicas,
             desired_replicas: decision.desired,
             synced_at: now,
+            sync_period_seconds: scaler.spec.sync_period_seconds,
         },
     );
 }

@@ -37,6 +37,8 @@ pub struct ScalerSnapshot {
     pub current_replicas: i32,
     pub desired_replicas: i32,
     pub synced_at: Timestamp,
+    /// The scaler's syncPeriodSeconds: how old a value may be before it is stale.
+    pub sync_period_seconds: i32,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -101,6 +103,7 @@ mod tests {
             current_replicas: 1,
             desired_replicas: 2,
             synced_at: Timestamp::UNIX_EPOCH,
+            sync_period_seconds: 15,
         }
     }
 
