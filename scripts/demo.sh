@@ -115,5 +115,5 @@ TXT
 # A handler (not an ignore) so Ctrl-C reaches the operator with its default disposition and this
 # script carries on to the cleanup once the operator has stopped.
 trap 'true' INT
-"$operator" run --kubeconfig "$KUBECONFIG" --health-address 127.0.0.1:8081 || status=$?
+"$operator" run --kubeconfig "$KUBECONFIG" --health-address 127.0.0.1:8081 --extmetrics-address 127.0.0.1:6443 || status=$?
 echo "demo: operator exited with status ${status:-0}"

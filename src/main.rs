@@ -11,6 +11,7 @@ use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
 use llmscaleoperator::controller::{self, PreflightError, Scope, Shared};
+use llmscaleoperator::extmetrics::server::{ApiState, ServeError, serve, watch_request_header};
 use llmscaleoperator::signals::{self, cache::MetricCache, http::HttpError};
 use llmscaleoperator::telemetry::{self, Health, LogFormat, TelemetryError, metrics::Metrics};
 use llmscaleoperator::{api, tls};
@@ -34,7 +35,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the operator (the default when no subcommand is given).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print the LLMScaler CustomResourceDefinition as YAML.
     Crd,
     /// Print the version.
@@ -66,6 +67,49 @@ struct RunArgs {
     /// Log filter, e.g. info or llmscaleoperator=debug,kube=info (RUST_LOG overrides it).
     #[arg(long, env = "LLMSCALER_LOG_LEVEL", default_value = "info")]
     log_level: String,
+
+    /// Address of the external.metrics.k8s.io API (HTTPS).
+    #[arg(
+        long,
+        env = "LLMSCALER_EXTMETRICS_ADDRESS",
+        default_value = "0.0.0.0:6443"
+    )]
+    extmetrics_address: SocketAddr,
+
+    /// Do not serve the external metrics API.
+    #[arg(long, env = "LLMSCALER_DISABLE_EXTMETRICS")]
+    disable_extmetrics: bool,
+
+    /// PEM certificate (chain) for the external metrics API; with --extmetrics-tls-key-file.
+    /// Without them a self-signed certificate is generated for the Service's DNS names.
+    #[arg(
+        long,
+        env = "LLMSCALER_EXTMETRICS_TLS_CERT_FILE",
+        value_name = "PATH",
+        requires = "extmetrics_tls_key_file"
+    )]
+    extmetrics_tls_cert_file: Option<PathBuf>,
+
+    /// PEM private key for --extmetrics-tls-cert-file.
+    #[arg(
+        long,
+        env = "LLMSCALER_EXTMETRICS_TLS_KEY_FILE",
+        value_name = "PATH",
+        requires = "extmetrics_tls_cert_file"
+    )]
+    extmetrics_tls_key_file: Option<PathBuf>,
+
+    /// Name of the Service in front of the external metrics API (for the generated certificate).
+    #[arg(
+        long,
+        env = "LLMSCALER_EXTMETRICS_SERVICE",
+        default_value = "llmscaleoperator"
+    )]
+    extmetrics_service: String,
+
+    /// Namespace of that Service (default: $POD_NAMESPACE, else "default").
+    #[arg(long, env = "LLMSCALER_EXTMETRICS_SERVICE_NAMESPACE")]
+    extmetrics_service_namespace: Option<String>,
 }
 
 #[derive(Debug, Error)]
@@ -82,6 +126,8 @@ enum MainError {
     Preflight(#[from] PreflightError),
     #[error(transparent)]
     Http(#[from] HttpError),
+    #[error("external metrics API: {0}")]
+    Extmetrics(String),
     #[error("cannot start the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
 }
@@ -94,7 +140,7 @@ fn main() -> ExitCode {
             println!("llmscaleoperator {}", env!("CARGO_PKG_VERSION"));
             Ok(())
         }
-        Some(Command::Run(args)) => run(args),
+        Some(Command::Run(args)) => run(*args),
         None => run(cli.run),
     };
     match result {
@@ -146,8 +192,19 @@ async fn run_async(args: RunArgs) -> Result<(), MainError> {
 
     health.set_ready(true);
     tracing::info!(health = %args.health_address, "operator running");
+    let cache = MetricCache::default();
+    let extmetrics = if args.disable_extmetrics {
+        None
+    } else {
+        Some(start_extmetrics(
+            &args,
+            client.clone(),
+            cache.clone(),
+            shutdown.clone(),
+        )?)
+    };
     let shared = Shared {
-        cache: MetricCache::default(),
+        cache,
         metrics,
         http: signals::http::client()?,
         instance: std::env::var("POD_NAME").ok(),
@@ -157,8 +214,63 @@ async fn run_async(args: RunArgs) -> Result<(), MainError> {
     if let Ok(Err(error)) = health_server.await {
         tracing::warn!(%error, "health server stopped with an error");
     }
+    if let Some(server) = extmetrics
+        && let Ok(Err(error)) = server.await
+    {
+        tracing::warn!(%error, "external metrics server stopped with an error");
+    }
     tracing::info!("operator stopped");
     Ok(())
+}
+
+/// Binds and starts the external metrics API; a taken port fails start-up.
+fn start_extmetrics(
+    args: &RunArgs,
+    client: Client,
+    cache: MetricCache,
+    shutdown: CancellationToken,
+) -> Result<tokio::task::JoinHandle<Result<(), ServeError>>, MainError> {
+    let certificate = match (
+        &args.extmetrics_tls_cert_file,
+        &args.extmetrics_tls_key_file,
+    ) {
+        (Some(cert), Some(key)) => {
+            let read = |path: &PathBuf| {
+                std::fs::read_to_string(path)
+                    .map_err(|e| MainError::Extmetrics(format!("{}: {e}", path.display())))
+            };
+            tls::CertifiedPem {
+                cert_pem: read(cert)?,
+                key_pem: read(key)?,
+            }
+        }
+        _ => {
+            let namespace = args
+                .extmetrics_service_namespace
+                .clone()
+                .or_else(|| std::env::var("POD_NAMESPACE").ok())
+                .unwrap_or_else(|| "default".to_owned());
+            let service = &args.extmetrics_service;
+            tls::self_signed(&[
+                format!("{service}.{namespace}.svc"),
+                format!("{service}.{namespace}.svc.cluster.local"),
+                "localhost".to_owned(),
+            ])?
+        }
+    };
+    let listener = std::net::TcpListener::bind(args.extmetrics_address).map_err(|e| {
+        MainError::Extmetrics(format!("cannot listen on {}: {e}", args.extmetrics_address))
+    })?;
+    let state = ApiState::new(client.clone(), cache);
+    tokio::spawn(watch_request_header(
+        client,
+        state.clone(),
+        shutdown.clone(),
+    ));
+    tracing::info!(address = %args.extmetrics_address, "serving external.metrics.k8s.io");
+    Ok(tokio::spawn(async move {
+        serve(listener, &certificate, state, shutdown).await
+    }))
 }
 
 async fn client_config(args: &RunArgs) -> Result<Config, MainError> {

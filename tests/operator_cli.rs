@@ -159,6 +159,7 @@ async fn missing_crd_is_a_clear_error_then_the_operator_runs_and_stops_on_ctrl_c
         .unwrap();
 
     let port = free_port();
+    let extmetrics_port = free_port();
     let mut child = operator(&[
         "run",
         "--kubeconfig",
@@ -167,6 +168,8 @@ async fn missing_crd_is_a_clear_error_then_the_operator_runs_and_stops_on_ctrl_c
         &ns,
         "--health-address",
         &format!("127.0.0.1:{port}"),
+        "--extmetrics-address",
+        &format!("127.0.0.1:{extmetrics_port}"),
     ])
     .spawn()
     .unwrap();

@@ -1,6 +1,9 @@
 //! The external.metrics.k8s.io API, served from the controller's metric cache.
 
+pub mod authn;
 pub mod quantity;
+pub mod review;
 pub mod selector;
+pub mod server;
 pub mod status;
 pub mod values;

@@ -1,0 +1,332 @@
+//! The HTTPS server: routes, per-request authentication and authorization, JSON answers.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+
+use axum::extract::{Path, Query, Request, State};
+use axum::http::HeaderMap;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Extension, Json, Router};
+use axum_server::tls::TlsInfo;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use serde_json::json;
+use thiserror::Error;
+use tokio_util::sync::CancellationToken;
+
+use super::authn::{self, AuthnError, DeferredClientAuth, RequestHeader, UserInfo};
+use super::review::{Access, Reviewer};
+use super::selector::LabelSelector;
+use super::status::ApiError;
+use super::values::metric_values;
+use crate::signals::cache::MetricCache;
+use crate::tls::CertifiedPem;
+
+pub const GROUP: &str = "external.metrics.k8s.io";
+pub const VERSION: &str = "v1beta1";
+const AUTH_CONFIG_MAP: &str = "extension-apiserver-authentication";
+
+#[derive(Debug, Error)]
+pub enum ServeError {
+    #[error("external metrics TLS certificate: {0}")]
+    Certificate(String),
+    #[error("external metrics server on {addr}: {source}")]
+    Serve {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Everything a request needs.
+#[derive(Clone)]
+pub struct ApiState {
+    cache: MetricCache,
+    reviewer: Arc<Reviewer>,
+    /// The front-proxy settings currently in force, refreshed by a watch.
+    request_header: Arc<RwLock<Option<Arc<RequestHeader>>>>,
+}
+
+impl ApiState {
+    pub fn new(client: Client, cache: MetricCache) -> Self {
+        Self {
+            cache,
+            reviewer: Arc::new(Reviewer::new(client)),
+            request_header: Arc::default(),
+        }
+    }
+
+    fn request_header(&self) -> Option<Arc<RequestHeader>> {
+        self.request_header
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set_request_header(&self, value: Option<Arc<RequestHeader>>) {
+        *self
+            .request_header
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = value;
+    }
+}
+
+/// Keeps the front-proxy settings in step with kube-system/extension-apiserver-authentication,
+/// so a rotated front-proxy CA is honoured without a restart.
+pub async fn watch_request_header(client: Client, state: ApiState, shutdown: CancellationToken) {
+    let api: Api<ConfigMap> = Api::namespaced(client, "kube-system");
+    let config = watcher::Config::default().fields(&format!("metadata.name={AUTH_CONFIG_MAP}"));
+    let stream = watcher(api, config).default_backoff().applied_objects();
+    let run = stream.for_each(|event| {
+        match event {
+            Ok(cm) => match RequestHeader::from_config_map(&cm.data.unwrap_or_default()) {
+                Ok(settings) => {
+                    tracing::info!(allowed_names = ?settings.allowed_names, "front-proxy settings loaded");
+                    state.set_request_header(Some(Arc::new(settings)));
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "front-proxy settings unusable; only bearer tokens are accepted");
+                    state.set_request_header(None);
+                }
+            },
+            Err(error) => tracing::warn!(%error, "cannot watch {AUTH_CONFIG_MAP}"),
+        }
+        futures::future::ready(())
+    });
+    tokio::select! {
+        () = run => {}
+        () = shutdown.cancelled() => {}
+    }
+}
+
+/// The routes, with authentication and authorization in front of all but the probes.
+pub fn router(state: ApiState) -> Router {
+    let api = Router::new()
+        .route("/apis", get(group_list))
+        .route(&format!("/apis/{GROUP}"), get(group))
+        .route(&format!("/apis/{GROUP}/{VERSION}"), get(resources))
+        .route(
+            &format!("/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{{metric}}"),
+            get(values),
+        )
+        .fallback(|| async { ApiError::not_found("the requested path is not served here") })
+        .layer(middleware::from_fn_with_state(state.clone(), guard))
+        .with_state(state);
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(|| async { "ok" }))
+        .route("/livez", get(|| async { "ok" }))
+        .merge(api)
+}
+
+/// Authenticates the caller, then asks whether they may do this.
+async fn guard(
+    State(state): State<ApiState>,
+    tls: Option<Extension<Arc<TlsInfo>>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let certs: Vec<rustls::pki_types::CertificateDer<'_>> = tls
+        .as_ref()
+        .map(|t| {
+            t.peer_certificates
+                .iter()
+                .map(|c| rustls::pki_types::CertificateDer::from(c.as_slice()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let user = match authenticate(&state, &certs, request.headers()).await {
+        Ok(user) => user,
+        Err(error) => return error.into_response(),
+    };
+    let path = request.uri().path().to_owned();
+    let access = metric_access(&path).unwrap_or(Access::Path(path));
+    match state.reviewer.allowed(&user, &access).await {
+        Ok(true) => next.run(request).await,
+        Ok(false) => ApiError::forbidden(format!(
+            "user {:?} may not read {}",
+            user.name,
+            describe(&access)
+        ))
+        .into_response(),
+        Err(error) => ApiError::internal(format!("cannot check access: {error}")).into_response(),
+    }
+}
+
+async fn authenticate(
+    state: &ApiState,
+    certs: &[rustls::pki_types::CertificateDer<'_>],
+    headers: &HeaderMap,
+) -> Result<UserInfo, ApiError> {
+    let unauthorized = |e: AuthnError| ApiError::unauthorized(e.to_string());
+    if !certs.is_empty() {
+        match state.request_header() {
+            Some(settings) => {
+                if let Some(user) = settings
+                    .authenticate(certs, headers)
+                    .map_err(unauthorized)?
+                {
+                    return Ok(user);
+                }
+            }
+            None => {
+                return Err(ApiError::unauthorized(
+                    "client certificates cannot be checked yet: the front-proxy CA is unknown",
+                ));
+            }
+        }
+    }
+    let token = authn::bearer(headers).ok_or_else(|| unauthorized(AuthnError::NoCredentials))?;
+    match state.reviewer.user_of(token).await {
+        Ok(Some(user)) => Ok(user),
+        Ok(None) => Err(unauthorized(AuthnError::BadToken)),
+        Err(error) => Err(ApiError::internal(format!(
+            "cannot review the token: {error}"
+        ))),
+    }
+}
+
+fn metric_access(path: &str) -> Option<Access> {
+    let rest = path.strip_prefix(&format!("/apis/{GROUP}/{VERSION}/namespaces/"))?;
+    let (namespace, metric) = rest.split_once('/')?;
+    (!metric.is_empty() && !metric.contains('/')).then(|| Access::Metric {
+        namespace: namespace.to_owned(),
+        metric: metric.to_owned(),
+    })
+}
+
+fn describe(access: &Access) -> String {
+    match access {
+        Access::Metric { namespace, metric } => {
+            format!("external metric {metric:?} in namespace {namespace:?}")
+        }
+        Access::Path(path) => path.clone(),
+    }
+}
+
+async fn group_list() -> Json<serde_json::Value> {
+    Json(json!({ "kind": "APIGroupList", "apiVersion": "v1", "groups": [group_body()] }))
+}
+
+async fn group() -> Json<serde_json::Value> {
+    let mut body = group_body();
+    body["kind"] = json!("APIGroup");
+    body["apiVersion"] = json!("v1");
+    Json(body)
+}
+
+fn group_body() -> serde_json::Value {
+    let version = json!({ "groupVersion": format!("{GROUP}/{VERSION}"), "version": VERSION });
+    json!({ "name": GROUP, "versions": [version], "preferredVersion": version })
+}
+
+async fn resources() -> Json<serde_json::Value> {
+    Json(json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": format!("{GROUP}/{VERSION}"),
+        "resources": [{
+            "name": "externalmetrics",
+            "singularName": "",
+            "namespaced": true,
+            "kind": "ExternalMetricValueList",
+            "verbs": ["get"],
+        }],
+    }))
+}
+
+async fn values(
+    State(state): State<ApiState>,
+    Path((namespace, metric)): Path<(String, String)>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let selector =
+        LabelSelector::parse(query.get("labelSelector").map(String::as_str).unwrap_or(""))
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    metric_values(
+        &state.cache,
+        &namespace,
+        &metric,
+        &selector,
+        Timestamp::now(),
+    )
+    .map(Json)
+}
+
+/// Serves the API over TLS on `listener` until `shutdown` fires.
+pub async fn serve(
+    listener: std::net::TcpListener,
+    certificate: &CertifiedPem,
+    state: ApiState,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    let addr = listener.local_addr().map_err(|source| ServeError::Serve {
+        addr: ([0, 0, 0, 0], 0).into(),
+        source,
+    })?;
+    let config = server_config(certificate)?;
+    let handle = axum_server::Handle::new();
+    let stopper = handle.clone();
+    tokio::spawn(async move {
+        shutdown.cancelled().await;
+        stopper.graceful_shutdown(Some(std::time::Duration::from_secs(5)));
+    });
+    let tls = axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(config));
+    axum_server::tls_rustls::from_tcp_rustls(listener, tls)
+        .map_err(|source| ServeError::Serve { addr, source })?
+        .handle(handle)
+        .serve(router(state).into_make_service())
+        .await
+        .map_err(|source| ServeError::Serve { addr, source })
+}
+
+/// TLS 1.2+ with any (or no) client certificate; trust is decided per request.
+pub fn server_config(certificate: &CertifiedPem) -> Result<rustls::ServerConfig, ServeError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let bad = |e: String| ServeError::Certificate(e);
+    let chain: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(certificate.cert_pem.as_bytes())
+            .collect::<Result<_, _>>()
+            .map_err(|e| bad(e.to_string()))?;
+    let key = PrivateKeyDer::from_pem_slice(certificate.key_pem.as_bytes())
+        .map_err(|e| bad(e.to_string()))?;
+    let provider = rustls::crypto::CryptoProvider::get_default()
+        .cloned()
+        .ok_or_else(|| bad("no crypto provider installed".to_owned()))?;
+    let mut config = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad(e.to_string()))?
+        .with_client_cert_verifier(Arc::new(DeferredClientAuth::new(provider)))
+        .with_single_cert(chain, key)
+        .map_err(|e| bad(e.to_string()))?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metric_paths_are_collection_reads() {
+        assert_eq!(
+            metric_access("/apis/external.metrics.k8s.io/v1beta1/namespaces/ml/kv-cache"),
+            Some(Access::Metric {
+                namespace: "ml".into(),
+                metric: "kv-cache".into()
+            })
+        );
+        assert_eq!(metric_access("/apis/external.metrics.k8s.io/v1beta1"), None);
+        assert_eq!(
+            metric_access("/apis/external.metrics.k8s.io/v1beta1/namespaces/ml/a/b"),
+            None
+        );
+    }
+}

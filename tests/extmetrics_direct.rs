@@ -1,0 +1,256 @@
+//! The external metrics API called directly over TLS, with real credentials from the local
+//! control plane: ServiceAccount tokens (TokenReview), RBAC (SubjectAccessReview), and the
+//! cluster's real front-proxy client certificate.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
+use k8s_openapi::jiff::Timestamp;
+use kube::Client;
+use kube::api::{Api, PostParams};
+use llmscaleoperator::extmetrics::server::{ApiState, serve, watch_request_header};
+use llmscaleoperator::signals::cache::{CachedMetric, MetricCache, ScalerKey, ScalerSnapshot};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+async fn token_for(client: &Client, ns: &str, name: &str) -> String {
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    let sa: ServiceAccount =
+        serde_json::from_value(json!({ "metadata": { "name": name } })).unwrap();
+    sas.create(&PostParams::default(), &sa).await.unwrap();
+    let request: TokenRequest =
+        serde_json::from_value(json!({ "spec": { "expirationSeconds": 3600 } })).unwrap();
+    let answer: TokenRequest = sas
+        .create_subresource("token", name, &PostParams::default(), &request)
+        .await
+        .unwrap();
+    answer.status.unwrap().token
+}
+
+async fn grant_metrics(client: &Client, ns: &str, sa: &str) {
+    let role: ClusterRole = serde_json::from_value(json!({
+        "metadata": { "name": "llmscaler-test-external-metrics-reader" },
+        "rules": [{ "apiGroups": ["external.metrics.k8s.io"], "resources": ["*"], "verbs": ["get", "list", "watch"] }]
+    }))
+    .unwrap();
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    let _ = roles.create(&PostParams::default(), &role).await;
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": { "name": "read-metrics" },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "llmscaler-test-external-metrics-reader" },
+        "subjects": [{ "kind": "ServiceAccount", "name": sa, "namespace": ns }]
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+}
+
+fn https(identity: Option<reqwest::Identity>, ca_pem: &str) -> reqwest::Client {
+    let mut builder = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(ca_pem.as_bytes()).unwrap()]);
+    if let Some(identity) = identity {
+        builder = builder.identity(identity);
+    }
+    builder.build().unwrap()
+}
+
+fn identity(name: &str) -> reqwest::Identity {
+    let pki = common::repo_root().join("target/cluster/pki");
+    let mut pem = std::fs::read(pki.join(format!("{name}.crt"))).unwrap();
+    pem.extend(std::fs::read(pki.join(format!("{name}.key"))).unwrap());
+    reqwest::Identity::from_pem(&pem).unwrap()
+}
+
+async fn get(
+    client: &reqwest::Client,
+    url: &str,
+    token: Option<&str>,
+    headers: &[(&str, &str)],
+) -> (u16, Value) {
+    let mut request = client
+        .get(url)
+        .header("accept", "application/vnd.kubernetes.protobuf, */*");
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let body = response.text().await.unwrap();
+    let body: Value = serde_json::from_str(&body).unwrap_or(Value::String(body));
+    if status != 200 || body.is_object() {
+        assert!(
+            content_type
+                .unwrap_or_default()
+                .starts_with("application/json"),
+            "always JSON"
+        );
+    }
+    (status, body)
+}
+
+#[tokio::test]
+async fn credentials_rbac_and_the_front_proxy_decide_who_reads_what() {
+    let client = common::client().await;
+    let ns = common::namespace(&client, "extmetrics").await;
+    let cache = MetricCache::default();
+    cache.update(
+        ScalerKey {
+            namespace: ns.clone(),
+            name: "hot".into(),
+        },
+        ScalerSnapshot {
+            uid: "u".into(),
+            metrics: vec![CachedMetric {
+                name: "kv-cache".into(),
+                value: Some(0.85),
+                measured_at: Timestamp::now(),
+                recommendation: Some(3),
+                error: None,
+            }],
+            current_replicas: 2,
+            desired_replicas: 3,
+            synced_at: Timestamp::now(),
+            sync_period_seconds: 3600,
+        },
+    );
+    let shutdown = CancellationToken::new();
+    let state = ApiState::new(client.clone(), cache);
+    tokio::spawn(watch_request_header(
+        client.clone(),
+        state.clone(),
+        shutdown.clone(),
+    ));
+    let cert = llmscaleoperator::tls::self_signed(&["localhost".to_owned()]).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!(
+        "https://localhost:{}",
+        listener.local_addr().unwrap().port()
+    );
+    let served = cert.clone();
+    tokio::spawn(async move { serve(listener, &served, state, shutdown).await.unwrap() });
+
+    let metric = format!("{base}/apis/external.metrics.k8s.io/v1beta1/namespaces/{ns}/kv-cache");
+    let plain = https(None, &cert.cert_pem);
+    common::eventually("the server to answer", Duration::from_secs(30), || async {
+        plain
+            .get(format!("{base}/healthz"))
+            .send()
+            .await
+            .ok()
+            .filter(|r| r.status() == 200)
+            .map(|_| ())
+    })
+    .await;
+
+    // No credentials.
+    let (code, body) = get(&plain, &metric, None, &[]).await;
+    assert_eq!(
+        (code, body["reason"].as_str()),
+        (401, Some("Unauthorized")),
+        "{body}"
+    );
+    // A token the API server does not know.
+    let (code, _) = get(&plain, &metric, Some("not-a-token"), &[]).await;
+    assert_eq!(code, 401);
+    // A real ServiceAccount without RBAC.
+    let nobody = token_for(&client, &ns, "nobody").await;
+    let (code, body) = get(&plain, &metric, Some(&nobody), &[]).await;
+    assert_eq!(
+        (code, body["reason"].as_str()),
+        (403, Some("Forbidden")),
+        "{body}"
+    );
+    // With RBAC: the value the controller cached, as a quantity.
+    let reader = token_for(&client, &ns, "reader").await;
+    grant_metrics(&client, &ns, "reader").await;
+    let (code, body) = common::eventually(
+        "RBAC to allow the reader",
+        Duration::from_secs(30),
+        || async {
+            let (code, body) = get(&plain, &metric, Some(&reader), &[]).await;
+            (code == 200).then_some((code, body))
+        },
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(body["kind"], "ExternalMetricValueList");
+    assert_eq!(body["items"][0]["value"], "850m");
+    assert_eq!(body["items"][0]["metricLabels"]["llmscaler"], "hot");
+    // The full selector grammar, form-encoded.
+    let selected = format!("{metric}?labelSelector=llmscaler%20in%20%28hot%2Ccold%29%2C%21absent");
+    assert_eq!(
+        get(&plain, &selected, Some(&reader), &[]).await.1["items"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    let (code, body) = get(
+        &plain,
+        &format!("{metric}?labelSelector=llmscaler%3Dcold"),
+        Some(&reader),
+        &[],
+    )
+    .await;
+    assert_eq!((code, body["reason"].as_str()), (404, Some("NotFound")));
+    // Discovery is open to any authenticated user (system:discovery).
+    let (code, body) = get(
+        &plain,
+        &format!("{base}/apis/external.metrics.k8s.io/v1beta1"),
+        Some(&reader),
+        &[],
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["resources"][0]["name"], "externalmetrics");
+    let (code, _) = get(&plain, &format!("{base}/openapi/v2"), Some(&reader), &[]).await;
+    assert_eq!(code, 404);
+
+    // The real front proxy speaks for the user in its headers...
+    let proxy = https(Some(identity("front-proxy-client")), &cert.cert_pem);
+    let as_admin = [
+        ("X-Remote-User", "ops"),
+        ("X-Remote-Group", "system:masters"),
+    ];
+    let (code, body) = common::eventually(
+        "the front-proxy settings to load",
+        Duration::from_secs(30),
+        || async {
+            let (code, body) = get(&proxy, &metric, None, &as_admin).await;
+            (code == 200).then_some((code, body))
+        },
+    )
+    .await;
+    assert_eq!(
+        (code, body["items"][0]["value"].as_str()),
+        (200, Some("850m"))
+    );
+    // ...and for a user RBAC does not allow.
+    let (code, _) = get(&proxy, &metric, None, &[("X-Remote-User", "stranger")]).await;
+    assert_eq!(code, 403);
+    // A certificate from another CA does not make the headers count.
+    let impostor = https(Some(identity("admin")), &cert.cert_pem);
+    let (code, body) = get(&impostor, &metric, None, &as_admin).await;
+    assert_eq!(
+        (code, body["reason"].as_str()),
+        (401, Some("Unauthorized")),
+        "{body}"
+    );
+
+    common::delete_namespace(&client, &ns).await;
+}
