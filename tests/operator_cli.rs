@@ -199,20 +199,26 @@ async fn missing_crd_is_a_clear_error_then_the_operator_runs_and_stops_on_ctrl_c
         },
     )
     .await;
-    let metrics = http
-        .get(format!("http://127.0.0.1:{port}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        metrics.contains(&format!(
-            r#"llmscaler_syncs_total{{namespace="{ns}",scaler="llmscaler-sample",result="failed"}}"#
-        )),
-        "{metrics}"
+    // The sync is counted just after its status is written: poll for it.
+    let series = format!(
+        r#"llmscaler_syncs_total{{namespace="{ns}",scaler="llmscaler-sample",result="failed"}}"#
     );
+    common::eventually(
+        "the failed sync on /metrics",
+        Duration::from_secs(30),
+        || async {
+            let text = http
+                .get(format!("http://127.0.0.1:{port}/metrics"))
+                .send()
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            text.contains(&series).then_some(())
+        },
+    )
+    .await;
 
     let pid = child.id().to_string();
     assert!(
