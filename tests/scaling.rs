@@ -739,3 +739,57 @@ async fn server_headers_are_sent_and_never_shown() {
     }
     env.done().await;
 }
+
+#[tokio::test]
+async fn a_dry_run_scaler_decides_and_reports_but_writes_nothing() {
+    let env = Env::new("dry-run").await;
+    env.deployment("vllm", 1).await;
+    env.set("kv", 3.0).await;
+    let operator = Operator::start(&env.client, &env.ns);
+    // Annotated from the start, so no sync can write before the annotation is seen.
+    let scaler: llmscaleoperator::api::LLMScaler = serde_json::from_value(json!({
+        "apiVersion": "autoscaling.modelsphere.dev/v1alpha1", "kind": "LLMScaler",
+        "metadata": { "name": "observer", "annotations": { "autoscaling.modelsphere.dev/dry-run": "true" } },
+        "spec": {
+            "targetRef": { "apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm" },
+            "serverAddress": env.prometheus().url, "syncPeriodSeconds": 1,
+            "minReplicas": 1, "maxReplicas": 5,
+            "metrics": [{ "name": "kv", "query": env.query("kv"), "target": "1" }]
+        }
+    }))
+    .unwrap();
+    env.scalers()
+        .create(&PostParams::default(), &scaler)
+        .await
+        .unwrap();
+    env.wait_event(
+        "observer",
+        "WouldScaleUp",
+        "would scale Deployment/vllm from 1 to 3",
+    )
+    .await;
+    common::eventually("status to show the recommendation", WAIT, || async {
+        let s = env.scalers().get("observer").await.ok()?.status?;
+        (s.desired_replicas == 3).then_some(())
+    })
+    .await;
+    env.stays("vllm", 1, Duration::from_secs(2)).await;
+    let d = env.deployments().get("vllm").await.unwrap();
+    assert!(
+        d.managed_fields()
+            .iter()
+            .all(|m| m.manager.as_deref() != Some("llmscaleoperator")),
+        "nothing written: {:?}",
+        d.managed_fields()
+    );
+    // Published all the same, for an HPA in advisory mode.
+    let cached = operator
+        .cache
+        .get(&llmscaleoperator::signals::cache::ScalerKey {
+            namespace: env.ns.clone(),
+            name: "observer".into(),
+        })
+        .unwrap();
+    assert_eq!(cached.desired_replicas, 3);
+    env.done().await;
+}

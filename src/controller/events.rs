@@ -36,7 +36,13 @@ impl Note {
 }
 
 /// The events of a sync that reached a decision.
-pub fn decision_notes(scaler: &LLMScaler, decision: &Decision, target: &TargetState) -> Vec<Note> {
+/// Under `dry_run` nothing was written, and the scale events say what would have happened.
+pub fn decision_notes(
+    scaler: &LLMScaler,
+    decision: &Decision,
+    target: &TargetState,
+    dry_run: bool,
+) -> Vec<Note> {
     let target_name = format!(
         "{}/{}",
         scaler.spec.target_ref.kind, scaler.spec.target_ref.name
@@ -59,8 +65,9 @@ pub fn decision_notes(scaler: &LLMScaler, decision: &Decision, target: &TargetSt
     }
 
     if let Some(written) = decision.write {
+        let verb = if dry_run { "would scale" } else { "scaled" };
         let mut message = format!(
-            "scaled {target_name} from {} to {written}",
+            "{verb} {target_name} from {} to {written}",
             target.spec_replicas
         );
         if let Some(driver) = driver(decision) {
@@ -69,14 +76,16 @@ pub fn decision_notes(scaler: &LLMScaler, decision: &Decision, target: &TargetSt
         if written != decision.desired {
             message.push_str(&format!(", on the way to {}", decision.desired));
         }
-        notes.push(Note::normal(
-            if written > target.spec_replicas {
-                "ScaledUp"
-            } else {
-                "ScaledDown"
-            },
-            message,
-        ));
+        if dry_run {
+            message.push_str(" (dry run: nothing written)");
+        }
+        let reason = match (written > target.spec_replicas, dry_run) {
+            (true, false) => "ScaledUp",
+            (false, false) => "ScaledDown",
+            (true, true) => "WouldScaleUp",
+            (false, true) => "WouldScaleDown",
+        };
+        notes.push(Note::normal(reason, message));
     }
 
     for reason in &decision.reasons {
@@ -243,7 +252,7 @@ mod tests {
     #[test]
     fn a_scale_up_names_the_driving_metric_and_skips_carry_the_query() {
         let (d, t) = run(1.0, 2);
-        let notes = decision_notes(&scaler(), &d, &t);
+        let notes = decision_notes(&scaler(), &d, &t, false);
         assert_eq!(notes[0].reason, "MetricSkipped");
         assert!(notes[0].warning);
         assert_eq!(
@@ -261,7 +270,7 @@ mod tests {
     #[test]
     fn a_capped_scale_down_says_where_it_is_going() {
         let (d, t) = run(0.0, 8);
-        let notes = decision_notes(&scaler(), &d, &t);
+        let notes = decision_notes(&scaler(), &d, &t, false);
         let down = notes.iter().find(|n| n.reason == "ScaledDown").unwrap();
         assert_eq!(
             down.message,

@@ -68,7 +68,12 @@ pub async fn reconcile(
             };
             write_status(&ctx, &scaler, &outcome, now).await?;
             let mut notes = act_notes;
-            notes.extend(events::decision_notes(&scaler, &decision, &target));
+            notes.extend(events::decision_notes(
+                &scaler,
+                &decision,
+                &target,
+                is_dry_run(&scaler),
+            ));
             events::publish(&ctx.recorder, &scaler, &notes).await;
             record(&ctx, &scaler, &namespace, &decision, &target, now);
             let result = sync_result(&decision, wrote);
@@ -196,6 +201,15 @@ async fn sync(
     };
     let decision = decide(&input);
 
+    if is_dry_run(scaler) {
+        // Everything is evaluated and published; nothing is written to the target or its pods.
+        return Ok(Synced {
+            decision,
+            target: observed,
+            wrote: false,
+            notes: Vec::new(),
+        });
+    }
     let removed = usize::try_from(decision.removed(&observed)).unwrap_or(0);
     let notes = victims_for(scaler, ctx, namespace, &object, removed).await;
 
@@ -229,6 +243,16 @@ async fn sync(
         wrote,
         notes,
     })
+}
+
+/// The annotation that turns a scaler into an observer: it decides and reports, and writes nothing.
+pub const DRY_RUN_ANNOTATION: &str = "autoscaling.modelsphere.dev/dry-run";
+
+fn is_dry_run(scaler: &LLMScaler) -> bool {
+    scaler
+        .annotations()
+        .get(DRY_RUN_ANNOTATION)
+        .is_some_and(|v| v == "true")
 }
 
 /// Marks the pods a scale-down of `removed` replicas should take, or clears old marks when
