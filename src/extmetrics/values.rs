@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::quantity::format_quantity;
 use super::selector::LabelSelector;
 use super::status::ApiError;
-use crate::signals::cache::{MetricCache, ScalerKey, ScalerSnapshot};
+use crate::signals::cache::{MetricCache, ScalerSnapshot};
 
 /// Name of the metric carrying each scaler's recommendation.
 pub const DESIRED_REPLICAS: &str = "desired-replicas";
@@ -27,18 +27,17 @@ pub fn metric_values(
     now: Timestamp,
 ) -> Result<Value, ApiError> {
     let mut items = Vec::new();
-    for (key, snapshot) in cache.in_namespace(namespace) {
+    cache.visit_namespace(namespace, |key, snapshot| {
         let labels = BTreeMap::from([
             ("llmscaler".to_owned(), key.name.clone()),
             ("metric".to_owned(), metric.to_owned()),
         ]);
-        if !selector.matches(&labels) {
-            continue;
-        }
-        if let Some(item) = item(&key, &snapshot, metric, labels, now) {
+        if selector.matches(&labels)
+            && let Some(item) = item(snapshot, metric, labels, now)
+        {
             items.push(item);
         }
-    }
+    });
     if items.is_empty() {
         return Err(ApiError::not_found(format!(
             "no current value of external metric {metric:?} in namespace {namespace:?} for this selector"
@@ -53,7 +52,6 @@ pub fn metric_values(
 }
 
 fn item(
-    _key: &ScalerKey,
     snapshot: &ScalerSnapshot,
     metric: &str,
     labels: BTreeMap<String, String>,
@@ -81,7 +79,7 @@ fn item(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signals::cache::CachedMetric;
+    use crate::signals::cache::{CachedMetric, ScalerKey};
 
     fn t(s: i64) -> Timestamp {
         Timestamp::from_second(1_800_000_000 + s).unwrap()

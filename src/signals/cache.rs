@@ -63,6 +63,26 @@ impl MetricCache {
         map.get(key).cloned()
     }
 
+    /// Calls `visit` for every scaler of one namespace, in name order, without copying them:
+    /// the external metrics API reads this on every request.
+    pub fn visit_namespace(
+        &self,
+        namespace: &str,
+        mut visit: impl FnMut(&ScalerKey, &ScalerSnapshot),
+    ) {
+        let map = self.inner.read().unwrap_or_else(PoisonError::into_inner);
+        let from = ScalerKey {
+            namespace: namespace.to_owned(),
+            name: String::new(),
+        };
+        for (key, snapshot) in map
+            .range(from..)
+            .take_while(|(k, _)| k.namespace == namespace)
+        {
+            visit(key, snapshot);
+        }
+    }
+
     /// Every scaler of one namespace, ordered by name.
     pub fn in_namespace(&self, namespace: &str) -> Vec<(ScalerKey, ScalerSnapshot)> {
         let map = self.inner.read().unwrap_or_else(PoisonError::into_inner);
