@@ -3,7 +3,7 @@ SHELL := /usr/bin/env bash
 CLUSTER_PROFILE ?= minimal
 CRD_FILE := config/crd/bases/autoscaling.modelsphere.dev_llmscalers.yaml
 
-.PHONY: help build test demo crd deps cluster-up cluster-down fmt lint clean
+.PHONY: help build test bench demo crd deps cluster-up cluster-down fmt lint clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -13,6 +13,9 @@ build: ## Build the operator (debug)
 
 test: ## Format check, clippy, unit and integration tests against a real local control plane
 	scripts/test.sh
+
+bench: ## Benchmarks (numbers as ratios from one run; never part of make test)
+	cargo bench --locked --bench extmetrics
 
 demo: ## Start the local control plane, install the CRD and samples, run the operator (Ctrl-C stops)
 	scripts/demo.sh

@@ -244,3 +244,61 @@ async fn behavior_none_marks_nothing_and_says_so_once() {
     assert!(env.events("plain", "VictimsSelected").await.is_empty());
     env.done().await;
 }
+
+#[tokio::test]
+async fn a_mark_that_cannot_be_written_warns_and_the_scale_down_goes_ahead() {
+    let env = Env::new("victims-conflict").await;
+    env.deployment("vllm", 1).await;
+    let first = pod_names(&env, "vllm").await;
+    let newest_old = pods(&env, "vllm")
+        .await
+        .iter()
+        .filter_map(|p| p.creation_timestamp())
+        .max()
+        .unwrap();
+    common::eventually("the clock to pass the first pod's second", WAIT, || async {
+        (k8s_openapi::jiff::Timestamp::now().as_second() > newest_old.0.as_second()).then_some(())
+    })
+    .await;
+    env.deployments()
+        .patch(
+            "vllm",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "replicas": 2 } })),
+        )
+        .await
+        .unwrap();
+    env.wait_ready("vllm", 2).await;
+    let newest = pod_names(&env, "vllm")
+        .await
+        .difference(&first)
+        .next()
+        .cloned()
+        .unwrap();
+    // Someone else owns the newest pod's deletion cost: our apply (without force) conflicts.
+    let api: Api<Pod> = Api::namespaced(env.client.clone(), &env.ns);
+    let theirs = json!({ "metadata": { "annotations": { COST: "100" } } });
+    api.patch(&newest, &PatchParams::default(), &Patch::Merge(theirs))
+        .await
+        .unwrap();
+
+    env.set("load", 0.0).await;
+    let _operator = Operator::start(&env.client, &env.ns);
+    env.scaler(
+        "conflicted",
+        "vllm",
+        json!({
+            "minReplicas": 1, "maxReplicas": 2,
+            "metrics": [{ "query": env.query("load"), "target": "1" }]
+        }),
+    )
+    .await;
+    env.wait_event(
+        "conflicted",
+        "DeletionCostFailed",
+        &format!("cannot mark pod {newest}"),
+    )
+    .await;
+    env.wait_ready("vllm", 1).await;
+    env.done().await;
+}

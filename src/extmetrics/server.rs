@@ -69,7 +69,8 @@ impl ApiState {
             .clone()
     }
 
-    fn set_request_header(&self, value: Option<Arc<RequestHeader>>) {
+    /// Replaces the front-proxy settings (the watch does this; benchmarks set them directly).
+    pub fn set_request_header(&self, value: Option<Arc<RequestHeader>>) {
         *self
             .request_header
             .write()
