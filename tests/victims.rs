@@ -56,6 +56,32 @@ async fn assert_no_marks(env: &Env, app: &str) {
     .await;
 }
 
+/// Grows the Deployment from the pods it has to `replicas`, making sure the new pods are
+/// strictly newer (creationTimestamp has one-second resolution). Returns the old pods' names.
+async fn grow_with_newer_pods(env: &Env, app: &str, replicas: i32) -> BTreeSet<String> {
+    let old = pod_names(env, app).await;
+    let newest_old = pods(env, app)
+        .await
+        .iter()
+        .filter_map(|p| p.creation_timestamp())
+        .max()
+        .unwrap();
+    common::eventually("the clock to pass the old pods' second", WAIT, || async {
+        (k8s_openapi::jiff::Timestamp::now().as_second() > newest_old.0.as_second()).then_some(())
+    })
+    .await;
+    env.deployments()
+        .patch(
+            app,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "replicas": replicas } })),
+        )
+        .await
+        .unwrap();
+    env.wait_ready(app, replicas).await;
+    old
+}
+
 #[tokio::test]
 async fn the_coldest_caches_are_the_pods_deleted() {
     let env = Env::new("victims-measured").await;
@@ -108,27 +134,7 @@ async fn the_coldest_caches_are_the_pods_deleted() {
 async fn without_a_query_the_newest_pods_are_deleted() {
     let env = Env::new("victims-newest").await;
     env.deployment("vllm", 2).await;
-    let old = pod_names(&env, "vllm").await;
-    // creationTimestamp has one-second resolution: let a second pass so the new pods are newer.
-    let newest_old = pods(&env, "vllm")
-        .await
-        .iter()
-        .filter_map(|p| p.creation_timestamp())
-        .max()
-        .unwrap();
-    common::eventually("the clock to pass the old pods' second", WAIT, || async {
-        (k8s_openapi::jiff::Timestamp::now().as_second() > newest_old.0.as_second()).then_some(())
-    })
-    .await;
-    env.deployments()
-        .patch(
-            "vllm",
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "spec": { "replicas": 4 } })),
-        )
-        .await
-        .unwrap();
-    env.wait_ready("vllm", 4).await;
+    let old = grow_with_newer_pods(&env, "vllm", 4).await;
 
     env.set("load", 0.5).await;
     let _operator = Operator::start(&env.client, &env.ns);
@@ -249,26 +255,7 @@ async fn behavior_none_marks_nothing_and_says_so_once() {
 async fn a_mark_that_cannot_be_written_warns_and_the_scale_down_goes_ahead() {
     let env = Env::new("victims-conflict").await;
     env.deployment("vllm", 1).await;
-    let first = pod_names(&env, "vllm").await;
-    let newest_old = pods(&env, "vllm")
-        .await
-        .iter()
-        .filter_map(|p| p.creation_timestamp())
-        .max()
-        .unwrap();
-    common::eventually("the clock to pass the first pod's second", WAIT, || async {
-        (k8s_openapi::jiff::Timestamp::now().as_second() > newest_old.0.as_second()).then_some(())
-    })
-    .await;
-    env.deployments()
-        .patch(
-            "vllm",
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "spec": { "replicas": 2 } })),
-        )
-        .await
-        .unwrap();
-    env.wait_ready("vllm", 2).await;
+    let first = grow_with_newer_pods(&env, "vllm", 2).await;
     let newest = pod_names(&env, "vllm")
         .await
         .difference(&first)

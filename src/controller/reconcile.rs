@@ -16,7 +16,7 @@ use super::status::{self, Outcome, Scaler};
 use super::targets::TargetLookupError;
 use super::{Context, scale, target, victims};
 use crate::api::validation::parse_target;
-use crate::api::{LLMScaler, LLMScalerStatus, MetricProvider, ScaleDownBehavior};
+use crate::api::{LLMScaler, LLMScalerStatus, MetricProvider};
 use crate::scaling::{
     Bounds, DECISION_METRIC, Decision, Input, MetricReading, Reason, ScaleDownPolicy, Signal,
     SkipReason, decide,
@@ -211,7 +211,7 @@ async fn sync(
         });
     }
     let removed = usize::try_from(decision.removed(&observed)).unwrap_or(0);
-    let notes = victims_for(scaler, ctx, namespace, &object, removed).await;
+    let notes = victims::for_sync(scaler, ctx, namespace, &object, removed).await;
 
     let mut wrote = false;
     if let Some(replicas) = decision.write {
@@ -253,122 +253,6 @@ fn is_dry_run(scaler: &LLMScaler) -> bool {
         .annotations()
         .get(DRY_RUN_ANNOTATION)
         .is_some_and(|v| v == "true")
-}
-
-/// Marks the pods a scale-down of `removed` replicas should take, or clears old marks when
-/// nothing is being removed. Never fails the sync: a problem becomes a warning event and the
-/// scale-down goes ahead without marks.
-async fn victims_for(
-    scaler: &LLMScaler,
-    ctx: &Context,
-    namespace: &str,
-    target: &kube::api::DynamicObject,
-    removed: usize,
-) -> Vec<Note> {
-    let spec = &scaler.spec;
-    let uid = scaler.uid().unwrap_or_default();
-    let cache_aware = spec.scale_down.behavior == ScaleDownBehavior::CacheAware
-        && target::is_deployment(&spec.target_ref.kind, &spec.target_ref.api_version);
-    let warn = |reason: &'static str, message: String| Note {
-        warning: true,
-        reason,
-        message,
-    };
-    if !cache_aware {
-        if removed > 0 && ctx.first_time("no-victim-selection", &uid) {
-            let why = if spec.scale_down.behavior == ScaleDownBehavior::None {
-                "scaleDown.behavior is None".to_owned()
-            } else {
-                format!(
-                    "a {} deletes pods by ordinal and ignores deletion costs",
-                    spec.target_ref.kind
-                )
-            };
-            return vec![Note {
-                warning: false,
-                reason: "NoVictimSelection",
-                message: format!("pods are not marked for deletion: {why}"),
-            }];
-        }
-        return Vec::new();
-    }
-
-    if removed == 0 {
-        // Marks from an earlier sync whose scale-down did not happen must not linger.
-        if !ctx.may_have_marks(&uid) {
-            return Vec::new();
-        }
-        let params = match victims::pods_of(target) {
-            Ok(params) => params,
-            Err(e) => return vec![warn("DeletionCostCleanupFailed", e.to_string())],
-        };
-        return match victims::clear(&ctx.client, namespace, &params, &[]).await {
-            Ok(_) => {
-                ctx.set_may_have_marks(&uid, false);
-                Vec::new()
-            }
-            Err(e) => vec![warn(
-                "DeletionCostCleanupFailed",
-                format!("cannot remove old deletion-cost marks: {e}"),
-            )],
-        };
-    }
-
-    let headers = http::headers(spec.server_headers.as_ref()).unwrap_or_default();
-    let query = spec
-        .scale_down
-        .deletion_cost_query
-        .as_deref()
-        .filter(|q| !q.trim().is_empty());
-    let warmth = match (spec.metric_provider, query) {
-        (MetricProvider::Prometheus, Some(query)) => victims::Warmth::Query {
-            http: &ctx.http,
-            server: &spec.server_address,
-            headers: &headers,
-            query,
-        },
-        _ => victims::Warmth::Newest,
-    };
-    ctx.set_may_have_marks(&uid, true);
-    let marked = match victims::mark(&ctx.client, namespace, target, removed, warmth).await {
-        Ok(marked) => marked,
-        Err(e) => {
-            return vec![warn(
-                "VictimSelectionFailed",
-                format!("{e}; scaling down without deletion-cost marks"),
-            )];
-        }
-    };
-    let mut notes = Vec::new();
-    if let Some(error) = &marked.query_error {
-        notes.push(warn(
-            "DeletionCostQueryFailed",
-            format!("deletionCostQuery could not be used ({error}); the newest pods are taken as the coldest"),
-        ));
-    }
-    for (pod, error) in &marked.failed {
-        notes.push(warn(
-            "DeletionCostFailed",
-            format!("cannot mark pod {pod}: {error}; it may not be the one deleted"),
-        ));
-    }
-    if !marked.victims.is_empty() {
-        let how = match marked.ranking {
-            Some(crate::scaling::Ranking::Measured) => "coldest first by deletionCostQuery",
-            _ => "newest first",
-        };
-        let list: Vec<String> = marked
-            .victims
-            .iter()
-            .map(|(pod, cost)| format!("{pod} ({cost})"))
-            .collect();
-        notes.push(Note {
-            warning: false,
-            reason: "VictimsSelected",
-            message: format!("marked for deletion, {how}: {}", list.join(", ")),
-        });
-    }
-    notes
 }
 
 /// Queries every metric of the scaler concurrently. A metric that cannot be read becomes a

@@ -19,8 +19,12 @@ use reqwest::header::HeaderMap;
 use serde_json::json;
 use thiserror::Error;
 
+use super::Context;
+use super::events::Note;
+use super::target;
+use crate::api::{LLMScaler, MetricProvider, ScaleDownBehavior};
 use crate::scaling::{Candidate, Ranking, pick, victim_costs};
-use crate::signals::prometheus;
+use crate::signals::{http, prometheus};
 
 pub const DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
 /// Field manager of the marks (not the one owning spec.replicas).
@@ -197,6 +201,122 @@ pub fn pods_of(deployment: &DynamicObject) -> Result<ListParams, VictimError> {
     let selector =
         Selector::try_from(selector).map_err(|e| VictimError::Selector(e.to_string()))?;
     Ok(ListParams::default().labels_from(&selector))
+}
+
+/// Marks the pods a scale-down of `removed` replicas should take, or clears old marks when
+/// nothing is being removed. Never fails the sync: a problem becomes a warning event and the
+/// scale-down goes ahead without marks.
+pub(super) async fn for_sync(
+    scaler: &LLMScaler,
+    ctx: &Context,
+    namespace: &str,
+    target: &kube::api::DynamicObject,
+    removed: usize,
+) -> Vec<Note> {
+    let spec = &scaler.spec;
+    let uid = scaler.uid().unwrap_or_default();
+    let cache_aware = spec.scale_down.behavior == ScaleDownBehavior::CacheAware
+        && target::is_deployment(&spec.target_ref.kind, &spec.target_ref.api_version);
+    let warn = |reason: &'static str, message: String| Note {
+        warning: true,
+        reason,
+        message,
+    };
+    if !cache_aware {
+        if removed > 0 && ctx.first_time("no-victim-selection", &uid) {
+            let why = if spec.scale_down.behavior == ScaleDownBehavior::None {
+                "scaleDown.behavior is None".to_owned()
+            } else {
+                format!(
+                    "a {} deletes pods by ordinal and ignores deletion costs",
+                    spec.target_ref.kind
+                )
+            };
+            return vec![Note {
+                warning: false,
+                reason: "NoVictimSelection",
+                message: format!("pods are not marked for deletion: {why}"),
+            }];
+        }
+        return Vec::new();
+    }
+
+    if removed == 0 {
+        // Marks from an earlier sync whose scale-down did not happen must not linger.
+        if !ctx.may_have_marks(&uid) {
+            return Vec::new();
+        }
+        let params = match pods_of(target) {
+            Ok(params) => params,
+            Err(e) => return vec![warn("DeletionCostCleanupFailed", e.to_string())],
+        };
+        return match clear(&ctx.client, namespace, &params, &[]).await {
+            Ok(_) => {
+                ctx.set_may_have_marks(&uid, false);
+                Vec::new()
+            }
+            Err(e) => vec![warn(
+                "DeletionCostCleanupFailed",
+                format!("cannot remove old deletion-cost marks: {e}"),
+            )],
+        };
+    }
+
+    let headers = http::headers(spec.server_headers.as_ref()).unwrap_or_default();
+    let query = spec
+        .scale_down
+        .deletion_cost_query
+        .as_deref()
+        .filter(|q| !q.trim().is_empty());
+    let warmth = match (spec.metric_provider, query) {
+        (MetricProvider::Prometheus, Some(query)) => Warmth::Query {
+            http: &ctx.http,
+            server: &spec.server_address,
+            headers: &headers,
+            query,
+        },
+        _ => Warmth::Newest,
+    };
+    ctx.set_may_have_marks(&uid, true);
+    let marked = match mark(&ctx.client, namespace, target, removed, warmth).await {
+        Ok(marked) => marked,
+        Err(e) => {
+            return vec![warn(
+                "VictimSelectionFailed",
+                format!("{e}; scaling down without deletion-cost marks"),
+            )];
+        }
+    };
+    let mut notes = Vec::new();
+    if let Some(error) = &marked.query_error {
+        notes.push(warn(
+            "DeletionCostQueryFailed",
+            format!("deletionCostQuery could not be used ({error}); the newest pods are taken as the coldest"),
+        ));
+    }
+    for (pod, error) in &marked.failed {
+        notes.push(warn(
+            "DeletionCostFailed",
+            format!("cannot mark pod {pod}: {error}; it may not be the one deleted"),
+        ));
+    }
+    if !marked.victims.is_empty() {
+        let how = match marked.ranking {
+            Some(crate::scaling::Ranking::Measured) => "coldest first by deletionCostQuery",
+            _ => "newest first",
+        };
+        let list: Vec<String> = marked
+            .victims
+            .iter()
+            .map(|(pod, cost)| format!("{pod} ({cost})"))
+            .collect();
+        notes.push(Note {
+            warning: false,
+            reason: "VictimsSelected",
+            message: format!("marked for deletion, {how}: {}", list.join(", ")),
+        });
+    }
+    notes
 }
 
 /// Ready, non-terminating pods of the Deployment's current ReplicaSet.

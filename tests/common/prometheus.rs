@@ -118,23 +118,27 @@ impl Prometheus {
         prometheus
     }
 
+    /// The JSON answer of an instant query, if Prometheus gave one.
+    async fn instant(&self, query: &str) -> Option<serde_json::Value> {
+        let url = format!("{}/api/v1/query", self.url);
+        reqwest::Client::new()
+            .get(&url)
+            .query(&[("query", query)])
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()
+    }
+
     /// Waits until `query` evaluates to `want` (Prometheus has scraped the latest values).
     pub async fn wait_for_value(&self, query: &str, want: f64) {
-        let http = reqwest::Client::new();
-        let url = format!("{}/api/v1/query", self.url);
         super::eventually(
             &format!("{query} == {want} in Prometheus"),
             Duration::from_secs(30),
             || async {
-                let body: serde_json::Value = http
-                    .get(&url)
-                    .query(&[("query", query)])
-                    .send()
-                    .await
-                    .ok()?
-                    .json()
-                    .await
-                    .ok()?;
+                let body = self.instant(query).await?;
                 let value = body
                     .pointer("/data/result/0/value/1")?
                     .as_str()?
@@ -148,21 +152,11 @@ impl Prometheus {
 
     /// Waits until `query` returns an empty vector.
     pub async fn wait_for_empty(&self, query: &str) {
-        let http = reqwest::Client::new();
-        let url = format!("{}/api/v1/query", self.url);
         super::eventually(
             &format!("{query} to be empty"),
             Duration::from_secs(30),
             || async {
-                let body: serde_json::Value = http
-                    .get(&url)
-                    .query(&[("query", query)])
-                    .send()
-                    .await
-                    .ok()?
-                    .json()
-                    .await
-                    .ok()?;
+                let body = self.instant(query).await?;
                 body.pointer("/data/result")?
                     .as_array()?
                     .is_empty()
