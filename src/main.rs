@@ -11,6 +11,7 @@ use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
 use llmscaleoperator::controller::{self, PreflightError, Scope, Shared};
+use llmscaleoperator::extmetrics::registration::{APISERVICE, Registration, Target, register};
 use llmscaleoperator::extmetrics::server::{ApiState, ServeError, serve, watch_request_header};
 use llmscaleoperator::signals::{self, cache::MetricCache, http::HttpError};
 use llmscaleoperator::telemetry::{self, Health, LogFormat, TelemetryError, metrics::Metrics};
@@ -110,6 +111,19 @@ struct RunArgs {
     /// Namespace of that Service (default: $POD_NAMESPACE, else "default").
     #[arg(long, env = "LLMSCALER_EXTMETRICS_SERVICE_NAMESPACE")]
     extmetrics_service_namespace: Option<String>,
+
+    /// Port of that Service.
+    #[arg(long, env = "LLMSCALER_EXTMETRICS_SERVICE_PORT", default_value_t = 443)]
+    extmetrics_service_port: i32,
+
+    /// Register the API with the aggregator (APIService v1beta1.external.metrics.k8s.io). An
+    /// APIService created by anyone else is left alone and reported.
+    #[arg(long, env = "LLMSCALER_REGISTER_APISERVICE")]
+    register_apiservice: bool,
+
+    /// CA bundle (PEM) for the APIService when --extmetrics-tls-cert-file is given.
+    #[arg(long, env = "LLMSCALER_EXTMETRICS_TLS_CA_FILE", value_name = "PATH")]
+    extmetrics_tls_ca_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Error)]
@@ -196,12 +210,7 @@ async fn run_async(args: RunArgs) -> Result<(), MainError> {
     let extmetrics = if args.disable_extmetrics {
         None
     } else {
-        Some(start_extmetrics(
-            &args,
-            client.clone(),
-            cache.clone(),
-            shutdown.clone(),
-        )?)
+        Some(start_extmetrics(&args, client.clone(), cache.clone(), shutdown.clone()).await?)
     };
     let shared = Shared {
         cache,
@@ -223,39 +232,48 @@ async fn run_async(args: RunArgs) -> Result<(), MainError> {
     Ok(())
 }
 
-/// Binds and starts the external metrics API; a taken port fails start-up.
-fn start_extmetrics(
+/// Binds and starts the external metrics API (and registers it when asked); a taken port fails
+/// start-up.
+async fn start_extmetrics(
     args: &RunArgs,
     client: Client,
     cache: MetricCache,
     shutdown: CancellationToken,
 ) -> Result<tokio::task::JoinHandle<Result<(), ServeError>>, MainError> {
-    let certificate = match (
+    let read = |path: &PathBuf| {
+        std::fs::read_to_string(path)
+            .map_err(|e| MainError::Extmetrics(format!("{}: {e}", path.display())))
+    };
+    let namespace = args
+        .extmetrics_service_namespace
+        .clone()
+        .or_else(|| std::env::var("POD_NAMESPACE").ok())
+        .unwrap_or_else(|| "default".to_owned());
+    let service = &args.extmetrics_service;
+    let (certificate, ca_pem) = match (
         &args.extmetrics_tls_cert_file,
         &args.extmetrics_tls_key_file,
     ) {
         (Some(cert), Some(key)) => {
-            let read = |path: &PathBuf| {
-                std::fs::read_to_string(path)
-                    .map_err(|e| MainError::Extmetrics(format!("{}: {e}", path.display())))
-            };
-            tls::CertifiedPem {
-                cert_pem: read(cert)?,
-                key_pem: read(key)?,
-            }
+            let ca = args.extmetrics_tls_ca_file.as_ref().map(read).transpose()?;
+            (
+                tls::CertifiedPem {
+                    cert_pem: read(cert)?,
+                    key_pem: read(key)?,
+                },
+                ca,
+            )
         }
         _ => {
-            let namespace = args
-                .extmetrics_service_namespace
-                .clone()
-                .or_else(|| std::env::var("POD_NAMESPACE").ok())
-                .unwrap_or_else(|| "default".to_owned());
-            let service = &args.extmetrics_service;
-            tls::self_signed(&[
-                format!("{service}.{namespace}.svc"),
-                format!("{service}.{namespace}.svc.cluster.local"),
-                "localhost".to_owned(),
-            ])?
+            let pki = tls::ca_and_serving(
+                &[
+                    format!("{service}.{namespace}.svc"),
+                    format!("{service}.{namespace}.svc.cluster.local"),
+                    "localhost".to_owned(),
+                ],
+                365,
+            )?;
+            (pki.serving, Some(pki.ca_pem))
         }
     };
     let listener = std::net::TcpListener::bind(args.extmetrics_address).map_err(|e| {
@@ -263,14 +281,39 @@ fn start_extmetrics(
     })?;
     let state = ApiState::new(client.clone(), cache);
     tokio::spawn(watch_request_header(
-        client,
+        client.clone(),
         state.clone(),
         shutdown.clone(),
     ));
     tracing::info!(address = %args.extmetrics_address, "serving external.metrics.k8s.io");
-    Ok(tokio::spawn(async move {
-        serve(listener, &certificate, state, shutdown).await
-    }))
+    let server = tokio::spawn(async move { serve(listener, &certificate, state, shutdown).await });
+
+    if args.register_apiservice {
+        let ca_pem = ca_pem.ok_or_else(|| {
+            MainError::Extmetrics(
+                "--register-apiservice with a given certificate needs --extmetrics-tls-ca-file"
+                    .to_owned(),
+            )
+        })?;
+        let target = Target {
+            namespace: &namespace,
+            service,
+            port: args.extmetrics_service_port,
+            ca_pem: &ca_pem,
+        };
+        match register(&client, &target).await {
+            Ok(Registration::Registered) => {
+                tracing::info!(apiservice = APISERVICE, service = %format!("{namespace}/{service}"), "registered with the aggregator")
+            }
+            Ok(Registration::HeldByAnother(holder)) => tracing::warn!(
+                apiservice = APISERVICE,
+                %holder,
+                "another APIService serves external.metrics.k8s.io and is left alone; the API is reachable on this operator's own Service only"
+            ),
+            Err(error) => tracing::warn!(%error, "cannot register the APIService"),
+        }
+    }
+    Ok(server)
 }
 
 async fn client_config(args: &RunArgs) -> Result<Config, MainError> {

@@ -71,3 +71,57 @@ pub fn self_signed(subject_alt_names: &[String]) -> Result<CertifiedPem, TlsErro
         key_pem: signing_key.serialize_pem(),
     })
 }
+
+/// A serving certificate and the CA that signed it (whose PEM goes into an APIService's
+/// caBundle).
+#[derive(Debug, Clone)]
+pub struct ServingPki {
+    pub ca_pem: String,
+    pub serving: CertifiedPem,
+}
+
+/// A fresh CA and a serving certificate it signs for `dns_names`, valid for `days`.
+pub fn ca_and_serving(dns_names: &[String], days: i64) -> Result<ServingPki, TlsError> {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+        KeyPair, KeyUsagePurpose,
+    };
+    let now = time_now();
+    let ca_key = KeyPair::generate()?;
+    let mut ca = CertificateParams::new(Vec::new())?;
+    ca.distinguished_name
+        .push(DnType::CommonName, "llmscaleoperator external metrics CA");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    ca.not_before = now;
+    ca.not_after = now + rcgen_days(days);
+    let ca_cert = ca.self_signed(&ca_key)?;
+    let issuer = Issuer::new(ca, ca_key);
+
+    let key = KeyPair::generate()?;
+    let mut leaf = CertificateParams::new(dns_names.to_vec())?;
+    leaf.distinguished_name.push(
+        DnType::CommonName,
+        dns_names.first().cloned().unwrap_or_default(),
+    );
+    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    leaf.not_before = now;
+    leaf.not_after = now + rcgen_days(days);
+    let cert = leaf.signed_by(&key, &issuer)?;
+    Ok(ServingPki {
+        ca_pem: ca_cert.pem(),
+        serving: CertifiedPem {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        },
+    })
+}
+
+fn time_now() -> time::OffsetDateTime {
+    // A minute back: a peer whose clock is slightly behind must not see a future certificate.
+    time::OffsetDateTime::now_utc() - std::time::Duration::from_secs(60)
+}
+
+fn rcgen_days(days: i64) -> std::time::Duration {
+    std::time::Duration::from_secs(u64::try_from(days.max(0)).unwrap_or(0) * 86_400)
+}

@@ -2,6 +2,7 @@
 
 pub mod authn;
 pub mod quantity;
+pub mod registration;
 pub mod review;
 pub mod selector;
 pub mod server;

@@ -16,7 +16,10 @@ case "$PROFILE" in
   minimal | full) ;;
   *) die "CLUSTER_PROFILE must be 'minimal' or 'full' (got '$PROFILE')" ;;
 esac
-AGGREGATOR_ROUTING=${CLUSTER_AGGREGATOR_ROUTING:-true}
+# Off by default: with routing on, the aggregator dials an extension server at its Service's
+# endpoint IP, and endpoints may not be loopback. Off, it dials the Service itself, and an
+# ExternalName Service pointing at localhost reaches a server the tests run on 127.0.0.1.
+AGGREGATOR_ROUTING=${CLUSTER_AGGREGATOR_ROUTING:-false}
 
 for tool in curl openssl jq base64 setsid; do
   command -v "$tool" >/dev/null 2>&1 || die "'$tool' is required but not on PATH"
@@ -369,8 +372,14 @@ nodes_ready() {
 
 # ---------------------------------------------------------------- main
 
+# A running apiserver started with another aggregator-routing setting is restarted.
+apiserver_flags_match() {
+  tr '\0' '\n' <"/proc/$(component_pid kube-apiserver)/cmdline" 2>/dev/null |
+    grep -qx -- "--enable-aggregator-routing=$AGGREGATOR_ROUTING"
+}
+
 core_ok=0
-if is_running etcd && is_running kube-apiserver && apiserver_ready; then
+if is_running etcd && is_running kube-apiserver && apiserver_ready && apiserver_flags_match; then
   core_ok=1
   log "reusing running etcd (pid $(component_pid etcd)) and kube-apiserver (pid $(component_pid kube-apiserver))"
 else

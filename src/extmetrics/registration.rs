@@ -1,0 +1,86 @@
+//! Registering the API with the aggregator through an APIService.
+//!
+//! Only one APIService can serve external.metrics.k8s.io in a cluster (KEDA and
+//! prometheus-adapter want it too), so registration is opt-in, and an APIService this operator
+//! did not create is never changed: it is reported, and the API stays reachable directly.
+
+use k8s_openapi::ByteString;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::{
+    APIService, APIServiceSpec, ServiceReference,
+};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+
+use super::server::{GROUP, VERSION};
+
+pub const APISERVICE: &str = "v1beta1.external.metrics.k8s.io";
+const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+const US: &str = "llmscaleoperator";
+
+/// Where the aggregator should send requests.
+pub struct Target<'a> {
+    pub namespace: &'a str,
+    pub service: &'a str,
+    pub port: i32,
+    /// PEM of the CA that signed the serving certificate.
+    pub ca_pem: &'a str,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Registration {
+    Registered,
+    /// Another APIService holds the group; it names who.
+    HeldByAnother(String),
+}
+
+/// Creates or updates our APIService; leaves anyone else's alone.
+pub async fn register(client: &Client, target: &Target<'_>) -> Result<Registration, kube::Error> {
+    let api: Api<APIService> = Api::all(client.clone());
+    if let Some(existing) = api.get_opt(APISERVICE).await?
+        && existing.labels().get(MANAGED_BY).map(String::as_str) != Some(US)
+    {
+        let holder = existing
+            .spec
+            .and_then(|spec| spec.service)
+            .map(|s| {
+                format!(
+                    "Service {}/{}",
+                    s.namespace.unwrap_or_default(),
+                    s.name.unwrap_or_default()
+                )
+            })
+            .unwrap_or_else(|| "the API server itself".to_owned());
+        return Ok(Registration::HeldByAnother(holder));
+    }
+    let apiservice = APIService {
+        metadata: ObjectMeta {
+            name: Some(APISERVICE.to_owned()),
+            labels: Some([(MANAGED_BY.to_owned(), US.to_owned())].into()),
+            ..Default::default()
+        },
+        spec: Some(APIServiceSpec {
+            group: Some(GROUP.to_owned()),
+            version: Some(VERSION.to_owned()),
+            group_priority_minimum: 100,
+            version_priority: 100,
+            ca_bundle: Some(ByteString(target.ca_pem.as_bytes().to_vec())),
+            service: Some(ServiceReference {
+                namespace: Some(target.namespace.to_owned()),
+                name: Some(target.service.to_owned()),
+                port: Some(target.port),
+            }),
+            insecure_skip_tls_verify: None,
+        }),
+        status: None,
+    };
+    let mut value = serde_json::to_value(&apiservice).map_err(kube::Error::SerdeError)?;
+    value["apiVersion"] = "apiregistration.k8s.io/v1".into();
+    value["kind"] = "APIService".into();
+    api.patch(
+        APISERVICE,
+        &PatchParams::apply(US).force(),
+        &Patch::Apply(value),
+    )
+    .await?;
+    Ok(Registration::Registered)
+}

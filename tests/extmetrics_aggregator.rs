@@ -1,0 +1,137 @@
+//! End to end through the real aggregator: the operator registers its APIService, the
+//! kube-apiserver routes `GET /apis/external.metrics.k8s.io/...` to it (an ExternalName Service
+//! pointing at localhost; the local control plane runs with aggregator routing off for this), and
+//! the answer is the value the controller last evaluated from the real Prometheus.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::env::{Env, WAIT};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::{Value, json};
+
+const APISERVICE: &str = "v1beta1.external.metrics.k8s.io";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn kubectl_get_raw_returns_what_the_controller_measured() {
+    let env = Env::new("aggregator").await;
+    let apiservices: Api<APIService> = Api::all(env.client.clone());
+    let _ = apiservices
+        .delete(APISERVICE, &DeleteParams::default())
+        .await;
+    env.deployment("vllm", 1).await;
+    env.set("kv", 0.5).await;
+
+    let port = free_port();
+    let service: Service = serde_json::from_value(json!({
+        "metadata": { "name": "llmscaleoperator" },
+        "spec": { "type": "ExternalName", "externalName": "localhost", "ports": [{ "name": "https", "port": port }] }
+    }))
+    .unwrap();
+    Api::<Service>::namespaced(env.client.clone(), &env.ns)
+        .create(&PostParams::default(), &service)
+        .await
+        .unwrap();
+
+    let kubeconfig = common::kubeconfig_path();
+    let mut operator = Command::new(env!("CARGO_BIN_EXE_llmscaleoperator"))
+        .args([
+            "run",
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--namespace",
+            &env.ns,
+        ])
+        .args(["--health-address", &format!("127.0.0.1:{}", free_port())])
+        .args(["--extmetrics-address", &format!("127.0.0.1:{port}")])
+        .args([
+            "--register-apiservice",
+            "--extmetrics-service",
+            "llmscaleoperator",
+        ])
+        .args([
+            "--extmetrics-service-namespace",
+            &env.ns,
+            "--extmetrics-service-port",
+            &port.to_string(),
+        ])
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    env.scaler(
+        "agg",
+        "vllm",
+        json!({
+            "minReplicas": 1, "maxReplicas": 3,
+            "metrics": [{ "name": "kv", "query": env.query("kv"), "target": "1" }]
+        }),
+    )
+    .await;
+
+    common::eventually("the APIService to be Available", WAIT, || async {
+        let apiservice = apiservices.get(APISERVICE).await.ok()?;
+        let available = apiservice
+            .status?
+            .conditions?
+            .into_iter()
+            .find(|c| c.type_ == "Available")?;
+        (available.status == "True").then_some(())
+    })
+    .await;
+    let path = format!(
+        "/apis/external.metrics.k8s.io/v1beta1/namespaces/{}/kv?labelSelector=llmscaler%3Dagg",
+        env.ns
+    );
+    let answer: Value = common::eventually("the metric through the aggregator", WAIT, || async {
+        let request = http::Request::get(&path).body(Vec::new()).unwrap();
+        let text = env.client.request_text(request).await.ok()?;
+        serde_json::from_str(&text).ok()
+    })
+    .await;
+    assert_eq!(answer["kind"], "ExternalMetricValueList", "{answer}");
+    assert_eq!(answer["items"][0]["value"], "500m", "{answer}");
+    assert_eq!(answer["items"][0]["metricLabels"]["llmscaler"], "agg");
+
+    // What the controller acted on is what the API shows: the recommendation too.
+    let desired = format!(
+        "/apis/external.metrics.k8s.io/v1beta1/namespaces/{}/desired-replicas",
+        env.ns
+    );
+    let request = http::Request::get(&desired).body(Vec::new()).unwrap();
+    let answer: Value =
+        serde_json::from_str(&env.client.request_text(request).await.unwrap()).unwrap();
+    assert_eq!(answer["items"][0]["value"], "1");
+
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &operator.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    common::eventually("the operator to stop", Duration::from_secs(20), || {
+        let exited = operator.try_wait().unwrap();
+        async move { exited }
+    })
+    .await;
+    let _ = apiservices
+        .delete(APISERVICE, &DeleteParams::default())
+        .await;
+    env.done().await;
+}
