@@ -1,7 +1,9 @@
 //! End to end through the real aggregator: the operator registers its APIService, the
 //! kube-apiserver routes `GET /apis/external.metrics.k8s.io/...` to it (an ExternalName Service
 //! pointing at localhost; the local control plane runs with aggregator routing off for this), and
-//! the answer is the value the controller last evaluated from the real Prometheus.
+//! the answer is the value the controller last evaluated from the real Prometheus. A stock HPA
+//! (kube-controller-manager, full profile) then scales on the operator's recommendation. A stock HPA
+//! (kube-controller-manager, full profile) then scales on the operator's recommendation.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -11,6 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::env::{Env, WAIT};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -117,6 +120,64 @@ async fn kubectl_get_raw_returns_what_the_controller_measured() {
     let answer: Value =
         serde_json::from_str(&env.client.request_text(request).await.unwrap()).unwrap();
     assert_eq!(answer["items"][0]["value"], "1");
+
+    // Advisory mode: a dry-run scaler recommends, a stock HPA on desired-replicas acts.
+    env.deployment("advised", 1).await;
+    env.set("load", 3.0).await;
+    let advisor: llmscaleoperator::api::LLMScaler = serde_json::from_value(json!({
+        "apiVersion": "autoscaling.modelsphere.dev/v1alpha1", "kind": "LLMScaler",
+        "metadata": { "name": "advisor", "annotations": { "autoscaling.modelsphere.dev/dry-run": "true" } },
+        "spec": {
+            "targetRef": { "apiVersion": "apps/v1", "kind": "Deployment", "name": "advised" },
+            "serverAddress": env.prometheus().url, "syncPeriodSeconds": 1,
+            "minReplicas": 1, "maxReplicas": 3,
+            "metrics": [{ "name": "load", "query": env.query("load"), "target": "1" }]
+        }
+    }))
+    .unwrap();
+    env.scalers()
+        .create(&PostParams::default(), &advisor)
+        .await
+        .unwrap();
+    let hpa: HorizontalPodAutoscaler = serde_json::from_value(json!({
+        "metadata": { "name": "advised" },
+        "spec": {
+            "scaleTargetRef": { "apiVersion": "apps/v1", "kind": "Deployment", "name": "advised" },
+            "minReplicas": 1, "maxReplicas": 5,
+            "metrics": [{
+                "type": "External",
+                "external": {
+                    "metric": { "name": "desired-replicas", "selector": { "matchLabels": { "llmscaler": "advisor" } } },
+                    "target": { "type": "AverageValue", "averageValue": "1" }
+                }
+            }]
+        }
+    }))
+    .unwrap();
+    Api::<HorizontalPodAutoscaler>::namespaced(env.client.clone(), &env.ns)
+        .create(&PostParams::default(), &hpa)
+        .await
+        .unwrap();
+    // The real HPA controller reads our metric through the aggregator (as its own ServiceAccount,
+    // authorized by our SubjectAccessReview) and scales to the operator's recommendation.
+    common::eventually(
+        "the HPA to follow the advisor to 3",
+        Duration::from_secs(120),
+        || async {
+            let d = env.deployments().get("advised").await.ok()?;
+            (d.spec?.replicas? == 3).then_some(())
+        },
+    )
+    .await;
+    let d = env.deployments().get("advised").await.unwrap();
+    assert!(
+        d.metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .all(|m| m.manager.as_deref() != Some("llmscaleoperator")),
+        "the operator wrote nothing to the advised Deployment"
+    );
 
     assert!(
         Command::new("kill")
