@@ -103,6 +103,112 @@ async fn get(
     (status, body)
 }
 
+/// The API on a free loopback port, with a certificate for localhost.
+async fn start_server(
+    client: &Client,
+    cache: MetricCache,
+) -> (
+    String,
+    llmscaleoperator::tls::CertifiedPem,
+    CancellationToken,
+) {
+    let shutdown = CancellationToken::new();
+    let state = ApiState::new(client.clone(), cache);
+    tokio::spawn(watch_request_header(
+        client.clone(),
+        state.clone(),
+        shutdown.clone(),
+    ));
+    let cert = llmscaleoperator::tls::self_signed(&["localhost".to_owned()]).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!(
+        "https://localhost:{}",
+        listener.local_addr().unwrap().port()
+    );
+    let served = cert.clone();
+    let stop = shutdown.clone();
+    tokio::spawn(async move { serve(listener, &served, state, stop).await.unwrap() });
+    let plain = https(None, &cert.cert_pem);
+    common::eventually("the server to answer", Duration::from_secs(30), || async {
+        plain
+            .get(format!("{base}/healthz"))
+            .send()
+            .await
+            .ok()
+            .filter(|r| r.status() == 200)
+            .map(|_| ())
+    })
+    .await;
+    (base, cert, shutdown)
+}
+
+#[tokio::test]
+async fn a_rotated_front_proxy_ca_is_honoured_without_a_restart() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Patch, PatchParams};
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    };
+
+    let client = common::client().await;
+    let (base, cert, _stop) = start_server(&client, MetricCache::default()).await;
+    // A new front-proxy CA, and a proxy certificate only it signed.
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::new()).unwrap();
+    ca.distinguished_name
+        .push(DnType::CommonName, "rotated-front-proxy-ca");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let mut leaf = CertificateParams::new(Vec::new()).unwrap();
+    leaf.distinguished_name
+        .push(DnType::CommonName, "front-proxy-client");
+    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let leaf = leaf.signed_by(&key, &issuer).unwrap();
+    let rotated = https(
+        Some(
+            reqwest::Identity::from_pem(
+                format!("{}{}", leaf.pem(), key.serialize_pem()).as_bytes(),
+            )
+            .unwrap(),
+        ),
+        &cert.cert_pem,
+    );
+    let discovery = format!("{base}/apis/external.metrics.k8s.io/v1beta1");
+    let as_admin = [
+        ("X-Remote-User", "ops"),
+        ("X-Remote-Group", "system:masters"),
+    ];
+    let (code, _) = get(&rotated, &discovery, None, &as_admin).await;
+    assert_eq!(code, 401, "not trusted before the rotation");
+
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-system");
+    let name = "extension-apiserver-authentication";
+    let original = config_maps.get(name).await.unwrap();
+    let old = original.data.as_ref().unwrap()["requestheader-client-ca-file"].clone();
+    let bundle = format!("{}\n{ca_pem}", old.trim_end());
+    let patch = json!({ "data": { "requestheader-client-ca-file": bundle } });
+    config_maps
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .unwrap();
+    common::eventually(
+        "the rotated CA to be trusted",
+        Duration::from_secs(30),
+        || async {
+            let (code, _) = get(&rotated, &discovery, None, &as_admin).await;
+            (code == 200).then_some(())
+        },
+    )
+    .await;
+    let restore = json!({ "data": { "requestheader-client-ca-file": old } });
+    config_maps
+        .patch(name, &PatchParams::default(), &Patch::Merge(restore))
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn credentials_rbac_and_the_front_proxy_decide_who_reads_what() {
     let client = common::client().await;
@@ -128,34 +234,9 @@ async fn credentials_rbac_and_the_front_proxy_decide_who_reads_what() {
             sync_period_seconds: 3600,
         },
     );
-    let shutdown = CancellationToken::new();
-    let state = ApiState::new(client.clone(), cache);
-    tokio::spawn(watch_request_header(
-        client.clone(),
-        state.clone(),
-        shutdown.clone(),
-    ));
-    let cert = llmscaleoperator::tls::self_signed(&["localhost".to_owned()]).unwrap();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let base = format!(
-        "https://localhost:{}",
-        listener.local_addr().unwrap().port()
-    );
-    let served = cert.clone();
-    tokio::spawn(async move { serve(listener, &served, state, shutdown).await.unwrap() });
-
+    let (base, cert, _stop) = start_server(&client, cache).await;
     let metric = format!("{base}/apis/external.metrics.k8s.io/v1beta1/namespaces/{ns}/kv-cache");
     let plain = https(None, &cert.cert_pem);
-    common::eventually("the server to answer", Duration::from_secs(30), || async {
-        plain
-            .get(format!("{base}/healthz"))
-            .send()
-            .await
-            .ok()
-            .filter(|r| r.status() == 200)
-            .map(|_| ())
-    })
-    .await;
 
     // No credentials.
     let (code, body) = get(&plain, &metric, None, &[]).await;
