@@ -204,7 +204,6 @@ async fn run_async(args: RunArgs) -> Result<(), MainError> {
     ));
     tokio::spawn(cancel_on_signal(shutdown.clone()));
 
-    health.set_ready(true);
     tracing::info!(health = %args.health_address, "operator running");
     let cache = MetricCache::default();
     let extmetrics = if args.disable_extmetrics {
@@ -212,6 +211,8 @@ async fn run_async(args: RunArgs) -> Result<(), MainError> {
     } else {
         Some(start_extmetrics(&args, client.clone(), cache.clone(), shutdown.clone()).await?)
     };
+    // Ready once the external metrics API is up (and registered, when asked).
+    health.set_ready(true);
     let shared = Shared {
         cache,
         metrics,

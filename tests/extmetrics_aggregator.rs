@@ -21,6 +21,9 @@ use serde_json::{Value, json};
 
 const APISERVICE: &str = "v1beta1.external.metrics.k8s.io";
 
+/// The APIService is cluster-wide: the tests that change it take turns.
+static APISERVICE_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -31,6 +34,7 @@ fn free_port() -> u16 {
 
 #[tokio::test]
 async fn kubectl_get_raw_returns_what_the_controller_measured() {
+    let _turn = APISERVICE_LOCK.lock().await;
     let env = Env::new("aggregator").await;
     let apiservices: Api<APIService> = Api::all(env.client.clone());
     let _ = apiservices
@@ -177,6 +181,104 @@ async fn kubectl_get_raw_returns_what_the_controller_measured() {
             .flatten()
             .all(|m| m.manager.as_deref() != Some("llmscaleoperator")),
         "the operator wrote nothing to the advised Deployment"
+    );
+
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &operator.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    common::eventually("the operator to stop", Duration::from_secs(20), || {
+        let exited = operator.try_wait().unwrap();
+        async move { exited }
+    })
+    .await;
+    let _ = apiservices
+        .delete(APISERVICE, &DeleteParams::default())
+        .await;
+    env.done().await;
+}
+
+#[tokio::test]
+async fn an_apiservice_held_by_someone_else_is_left_alone() {
+    let _turn = APISERVICE_LOCK.lock().await;
+    use kube::api::{Patch, PatchParams};
+    let env = Env::without_prometheus("foreign-apiservice").await;
+    let apiservices: Api<APIService> = Api::all(env.client.clone());
+    let _ = apiservices
+        .delete(APISERVICE, &DeleteParams::default())
+        .await;
+    common::eventually("no APIService for the group", WAIT, || async {
+        apiservices
+            .get_opt(APISERVICE)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    // Another adapter (KEDA, prometheus-adapter) got there first.
+    let foreign = json!({
+        "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+        "metadata": { "name": APISERVICE },
+        "spec": {
+            "group": "external.metrics.k8s.io", "version": "v1beta1",
+            "groupPriorityMinimum": 100, "versionPriority": 100, "insecureSkipTLSVerify": true,
+            "service": { "namespace": env.ns, "name": "keda-metrics-apiserver", "port": 443 }
+        }
+    });
+    apiservices
+        .patch(
+            APISERVICE,
+            &PatchParams::apply("keda"),
+            &Patch::Apply(foreign),
+        )
+        .await
+        .unwrap();
+    let before = apiservices.get(APISERVICE).await.unwrap();
+
+    let kubeconfig = common::kubeconfig_path();
+    let health = free_port();
+    let mut operator = Command::new(env!("CARGO_BIN_EXE_llmscaleoperator"))
+        .args([
+            "run",
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--namespace",
+            &env.ns,
+        ])
+        .args(["--health-address", &format!("127.0.0.1:{health}")])
+        .args([
+            "--extmetrics-address",
+            &format!("127.0.0.1:{}", free_port()),
+        ])
+        .args([
+            "--register-apiservice",
+            "--extmetrics-service-namespace",
+            &env.ns,
+        ])
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Registration happens before the operator reports ready.
+    common::eventually("the operator to be ready", WAIT, || async {
+        let r = reqwest::get(format!("http://127.0.0.1:{health}/readyz"))
+            .await
+            .ok()?;
+        (r.status() == 200).then_some(())
+    })
+    .await;
+    let after = apiservices.get(APISERVICE).await.unwrap();
+    // Its status may move (the aggregator checks availability); its spec and labels must not.
+    assert_eq!(after.spec, before.spec, "not rewritten");
+    assert_eq!(after.metadata.labels, before.metadata.labels);
+    assert_eq!(
+        after.spec.unwrap().service.unwrap().name.as_deref(),
+        Some("keda-metrics-apiserver")
     );
 
     assert!(

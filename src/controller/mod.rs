@@ -135,16 +135,29 @@ pub async fn run(client: Client, scope: Scope, shared: Shared, shutdown: Cancell
     // Our own status writes do not change the generation, so they do not trigger a sync.
     .predicate_filter(predicates::generation, Default::default());
 
-    Controller::for_stream(stream, reader)
-        .graceful_shutdown_on(async move { shutdown.cancelled().await })
+    let stopping = shutdown.clone();
+    let controller = Controller::for_stream(stream, reader)
+        .graceful_shutdown_on(async move { stopping.cancelled().await })
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|result| async move {
             if let Err(error) = result {
                 tracing::debug!(%error, "reconcile did not complete");
             }
-        })
-        .await;
+        });
+    // kube-runtime holds its runner until the LLMScaler store is ready; a shutdown that lands
+    // before the first list completes would otherwise wait forever. Syncs in flight get a grace.
+    let deadline = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    tokio::select! {
+        () = controller => {}
+        () = deadline => tracing::warn!(grace = ?SHUTDOWN_GRACE, "the controller did not stop in time; exiting anyway"),
+    }
 }
+
+/// How long syncs in flight may take to finish once shutdown is asked for.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 fn forget_scaler(ctx: &Context, scaler: &LLMScaler) {
     let namespace = scaler.namespace().unwrap_or_default();
