@@ -9,7 +9,7 @@
 //! TLS accepts any client certificate (or none); the checks happen per request, against the CA
 //! in force at that moment, so a rotated front-proxy CA needs no new TLS configuration.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use axum::http::HeaderMap;
@@ -28,7 +28,7 @@ pub struct UserInfo {
     pub extra: BTreeMap<String, Vec<String>>,
 }
 
-#[derive(Debug, Error, PartialEq, Eq)]
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
 pub enum AuthnError {
     #[error(
         "the client certificate is not signed by the front-proxy CA or not valid for client authentication: {0}"
@@ -44,9 +44,16 @@ pub enum AuthnError {
     BadToken,
 }
 
+/// Leaf certificate (DER) -> when it was checked, and the outcome.
+type CheckedLeaves = HashMap<Vec<u8>, (std::time::Instant, Result<(), AuthnError>)>;
+
 /// The request-header settings published in kube-system/extension-apiserver-authentication.
 pub struct RequestHeader {
     verifier: Arc<dyn ClientCertVerifier>,
+    /// Leaf certificates already checked against this CA, with the outcome: the aggregator
+    /// sends the same one on every request, and a chain check per request would dominate.
+    /// A rotated CA builds a new RequestHeader, so nothing stale survives a rotation.
+    checked: std::sync::Mutex<CheckedLeaves>,
     pub allowed_names: Vec<String>,
     pub username_headers: Vec<String>,
     pub group_headers: Vec<String>,
@@ -104,6 +111,7 @@ impl RequestHeader {
             .map_err(|e| format!("requestheader-client-ca-file: {e}"))?;
         Ok(Self {
             verifier,
+            checked: Default::default(),
             allowed_names,
             username_headers,
             group_headers,
@@ -121,15 +129,7 @@ impl RequestHeader {
         let Some((leaf, intermediates)) = certs.split_first() else {
             return Ok(None);
         };
-        self.verifier
-            .verify_client_cert(leaf, intermediates, UnixTime::now())
-            .map_err(|e| AuthnError::UntrustedCertificate(e.to_string()))?;
-        if !self.allowed_names.is_empty() {
-            let cn = common_name(leaf).unwrap_or_default();
-            if !self.allowed_names.contains(&cn) {
-                return Err(AuthnError::NameNotAllowed(cn));
-            }
-        }
+        self.check_certificate(leaf, intermediates)?;
         let values = |name: &str| -> Vec<String> {
             headers
                 .get_all(name)
@@ -167,6 +167,58 @@ impl RequestHeader {
             groups,
             extra,
         }))
+    }
+}
+
+impl RequestHeader {
+    /// Chain, clientAuth usage and allowed name, remembered for a minute per leaf (expiry is
+    /// still honoured within that minute's precision).
+    fn check_certificate(
+        &self,
+        leaf: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+    ) -> Result<(), AuthnError> {
+        const REMEMBER: std::time::Duration = std::time::Duration::from_secs(60);
+        let key = leaf.as_ref().to_vec();
+        {
+            let checked = self
+                .checked
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some((at, outcome)) = checked.get(&key)
+                && at.elapsed() < REMEMBER
+                && intermediates.is_empty()
+            {
+                return outcome.clone();
+            }
+        }
+        let outcome = self.verify(leaf, intermediates);
+        let mut checked = self
+            .checked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if checked.len() >= 1024 {
+            checked.clear();
+        }
+        checked.insert(key, (std::time::Instant::now(), outcome.clone()));
+        outcome
+    }
+
+    fn verify(
+        &self,
+        leaf: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+    ) -> Result<(), AuthnError> {
+        self.verifier
+            .verify_client_cert(leaf, intermediates, UnixTime::now())
+            .map_err(|e| AuthnError::UntrustedCertificate(e.to_string()))?;
+        if !self.allowed_names.is_empty() {
+            let cn = common_name(leaf).unwrap_or_default();
+            if !self.allowed_names.contains(&cn) {
+                return Err(AuthnError::NameNotAllowed(cn));
+            }
+        }
+        Ok(())
     }
 }
 
