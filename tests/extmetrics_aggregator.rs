@@ -24,14 +24,6 @@ const APISERVICE: &str = "v1beta1.external.metrics.k8s.io";
 /// The APIService is cluster-wide: the tests that change it take turns.
 static APISERVICE_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[tokio::test]
 async fn kubectl_get_raw_returns_what_the_controller_measured() {
     let _turn = APISERVICE_LOCK.lock().await;
@@ -43,7 +35,7 @@ async fn kubectl_get_raw_returns_what_the_controller_measured() {
     env.deployment("vllm", 1).await;
     env.set("kv", 0.5).await;
 
-    let port = free_port();
+    let port = common::free_port();
     let service: Service = serde_json::from_value(json!({
         "metadata": { "name": "llmscaleoperator" },
         "spec": { "type": "ExternalName", "externalName": "localhost", "ports": [{ "name": "https", "port": port }] }
@@ -63,7 +55,10 @@ async fn kubectl_get_raw_returns_what_the_controller_measured() {
             "--namespace",
             &env.ns,
         ])
-        .args(["--health-address", &format!("127.0.0.1:{}", free_port())])
+        .args([
+            "--health-address",
+            &format!("127.0.0.1:{}", common::free_port()),
+        ])
         .args(["--extmetrics-address", &format!("127.0.0.1:{port}")])
         .args([
             "--register-apiservice",
@@ -183,18 +178,7 @@ async fn kubectl_get_raw_returns_what_the_controller_measured() {
         "the operator wrote nothing to the advised Deployment"
     );
 
-    assert!(
-        Command::new("kill")
-            .args(["-INT", &operator.id().to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
-    common::eventually("the operator to stop", Duration::from_secs(20), || {
-        let exited = operator.try_wait().unwrap();
-        async move { exited }
-    })
-    .await;
+    common::interrupt(&mut operator, Duration::from_secs(20)).await;
     let _ = apiservices
         .delete(APISERVICE, &DeleteParams::default())
         .await;
@@ -240,7 +224,7 @@ async fn an_apiservice_held_by_someone_else_is_left_alone() {
     let before = apiservices.get(APISERVICE).await.unwrap();
 
     let kubeconfig = common::kubeconfig_path();
-    let health = free_port();
+    let health = common::free_port();
     let mut operator = Command::new(env!("CARGO_BIN_EXE_llmscaleoperator"))
         .args([
             "run",
@@ -252,7 +236,7 @@ async fn an_apiservice_held_by_someone_else_is_left_alone() {
         .args(["--health-address", &format!("127.0.0.1:{health}")])
         .args([
             "--extmetrics-address",
-            &format!("127.0.0.1:{}", free_port()),
+            &format!("127.0.0.1:{}", common::free_port()),
         ])
         .args([
             "--register-apiservice",
@@ -281,18 +265,7 @@ async fn an_apiservice_held_by_someone_else_is_left_alone() {
         Some("keda-metrics-apiserver")
     );
 
-    assert!(
-        Command::new("kill")
-            .args(["-INT", &operator.id().to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
-    common::eventually("the operator to stop", Duration::from_secs(20), || {
-        let exited = operator.try_wait().unwrap();
-        async move { exited }
-    })
-    .await;
+    common::interrupt(&mut operator, Duration::from_secs(20)).await;
     let _ = apiservices
         .delete(APISERVICE, &DeleteParams::default())
         .await;

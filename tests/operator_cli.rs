@@ -47,14 +47,6 @@ fn capture(child: &mut Child) -> Arc<Mutex<Vec<String>>> {
     lines
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[test]
 fn crd_and_version_subcommands() {
     let crd = operator(&["crd"]).output().unwrap();
@@ -158,8 +150,8 @@ async fn missing_crd_is_a_clear_error_then_the_operator_runs_and_stops_on_ctrl_c
         .await
         .unwrap();
 
-    let port = free_port();
-    let extmetrics_port = free_port();
+    let port = common::free_port();
+    let extmetrics_port = common::free_port();
     let mut child = operator(&[
         "run",
         "--kubeconfig",
@@ -220,23 +212,7 @@ async fn missing_crd_is_a_clear_error_then_the_operator_runs_and_stops_on_ctrl_c
     )
     .await;
 
-    let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-INT", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let status = common::eventually(
-        "the operator to exit after Ctrl-C",
-        Duration::from_secs(20),
-        || {
-            let exited = child.try_wait().unwrap();
-            async move { exited }
-        },
-    )
-    .await;
+    let status = common::interrupt(&mut child, Duration::from_secs(20)).await;
     let log = lines.lock().unwrap().join("\n");
     assert!(status.success(), "exit status {status}:\n{log}");
     common::eventually("the stop to be logged", Duration::from_secs(5), || async {

@@ -199,3 +199,32 @@ impl Drop for Operator {
         self.shutdown.cancel();
     }
 }
+
+/// A free port on loopback (bound and released; the caller binds it again).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Sends Ctrl-C (SIGINT) to the operator process and waits for it to exit.
+pub async fn interrupt(
+    child: &mut std::process::Child,
+    within: Duration,
+) -> std::process::ExitStatus {
+    let pid = child.id().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    eventually("the operator to exit after Ctrl-C", within, || {
+        let exited = child.try_wait().unwrap();
+        async move { exited }
+    })
+    .await
+}
