@@ -47,13 +47,18 @@ impl LabelSelector {
     }
 
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.matches_with(|key| labels.get(key).map(String::as_str))
+    }
+
+    /// Like [`Self::matches`], reading labels through `get` so a caller need not build a map.
+    pub fn matches_with<'a>(&self, get: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.0.iter().all(|r| match r {
-            Requirement::Equals(k, v) => labels.get(k) == Some(v),
-            Requirement::NotEquals(k, v) => labels.get(k) != Some(v),
-            Requirement::In(k, vs) => labels.get(k).is_some_and(|l| vs.contains(l)),
-            Requirement::NotIn(k, vs) => labels.get(k).is_none_or(|l| !vs.contains(l)),
-            Requirement::Exists(k) => labels.contains_key(k),
-            Requirement::NotExists(k) => !labels.contains_key(k),
+            Requirement::Equals(k, v) => get(k) == Some(v.as_str()),
+            Requirement::NotEquals(k, v) => get(k) != Some(v.as_str()),
+            Requirement::In(k, vs) => get(k).is_some_and(|l| vs.iter().any(|v| v == l)),
+            Requirement::NotIn(k, vs) => get(k).is_none_or(|l| !vs.iter().any(|v| v == l)),
+            Requirement::Exists(k) => get(k).is_some(),
+            Requirement::NotExists(k) => get(k).is_none(),
         })
     }
 }

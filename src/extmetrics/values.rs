@@ -28,13 +28,19 @@ pub fn metric_values(
 ) -> Result<Value, ApiError> {
     let mut items = Vec::new();
     cache.visit_namespace(namespace, |key, snapshot| {
+        let label = |name: &str| match name {
+            "llmscaler" => Some(key.name.as_str()),
+            "metric" => Some(metric),
+            _ => None,
+        };
+        if !selector.matches_with(label) {
+            return;
+        }
         let labels = BTreeMap::from([
             ("llmscaler".to_owned(), key.name.clone()),
             ("metric".to_owned(), metric.to_owned()),
         ]);
-        if selector.matches(&labels)
-            && let Some(item) = item(snapshot, metric, labels, now)
-        {
+        if let Some(item) = item(snapshot, metric, labels, now) {
             items.push(item);
         }
     });
