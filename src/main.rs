@@ -306,11 +306,33 @@ async fn start_extmetrics(
             Ok(Registration::Registered) => {
                 tracing::info!(apiservice = APISERVICE, service = %format!("{namespace}/{service}"), "registered with the aggregator")
             }
-            Ok(Registration::HeldByAnother(holder)) => tracing::warn!(
-                apiservice = APISERVICE,
-                %holder,
-                "another APIService serves external.metrics.k8s.io and is left alone; the API is reachable on this operator's own Service only"
-            ),
+            Ok(Registration::HeldByAnother { holder, apiservice }) => {
+                let message = format!(
+                    "{APISERVICE} is served by {holder} and was left alone; external metrics of llmscaleoperator are reachable on its own Service only"
+                );
+                tracing::warn!(apiservice = APISERVICE, %holder, "{message}");
+                let reporter = kube::runtime::events::Reporter {
+                    controller: "llmscaleoperator".to_owned(),
+                    instance: std::env::var("POD_NAME").ok(),
+                };
+                let recorder = kube::runtime::events::Recorder::new(client.clone(), reporter);
+                let event = kube::runtime::events::Event {
+                    type_: kube::runtime::events::EventType::Warning,
+                    reason: "APIServiceHeldByAnother".to_owned(),
+                    note: Some(message),
+                    action: "Register".to_owned(),
+                    secondary: None,
+                };
+                if let Err(error) = recorder
+                    .publish(
+                        &event,
+                        &kube::Resource::object_ref(apiservice.as_ref(), &()),
+                    )
+                    .await
+                {
+                    tracing::warn!(%error, "cannot publish the event");
+                }
+            }
             Err(error) => tracing::warn!(%error, "cannot register the APIService"),
         }
     }

@@ -256,6 +256,22 @@ async fn an_apiservice_held_by_someone_else_is_left_alone() {
         (r.status() == 200).then_some(())
     })
     .await;
+    // ...and says so in an event on that APIService.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(env.client.clone());
+    common::eventually("an event about the foreign APIService", WAIT, || async {
+        let list = events.list(&Default::default()).await.ok()?;
+        list.items
+            .into_iter()
+            .find(|e| {
+                e.reason.as_deref() == Some("APIServiceHeldByAnother")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(APISERVICE)
+                    && e.note
+                        .as_deref()
+                        .is_some_and(|n| n.contains("keda-metrics-apiserver"))
+            })
+            .map(|_| ())
+    })
+    .await;
     let after = apiservices.get(APISERVICE).await.unwrap();
     // Its status may move (the aggregator checks availability); its spec and labels must not.
     assert_eq!(after.spec, before.spec, "not rewritten");

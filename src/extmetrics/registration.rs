@@ -26,11 +26,14 @@ pub struct Target<'a> {
     pub ca_pem: &'a str,
 }
 
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq)]
 pub enum Registration {
     Registered,
-    /// Another APIService holds the group; it names who.
-    HeldByAnother(String),
+    /// Another APIService holds the group: who it sends requests to, and the object itself.
+    HeldByAnother {
+        holder: String,
+        apiservice: Box<APIService>,
+    },
 }
 
 /// Creates or updates our APIService; leaves anyone else's alone.
@@ -41,6 +44,7 @@ pub async fn register(client: &Client, target: &Target<'_>) -> Result<Registrati
     {
         let holder = existing
             .spec
+            .clone()
             .and_then(|spec| spec.service)
             .map(|s| {
                 format!(
@@ -50,7 +54,10 @@ pub async fn register(client: &Client, target: &Target<'_>) -> Result<Registrati
                 )
             })
             .unwrap_or_else(|| "the API server itself".to_owned());
-        return Ok(Registration::HeldByAnother(holder));
+        return Ok(Registration::HeldByAnother {
+            holder,
+            apiservice: Box::new(existing),
+        });
     }
     let apiservice = APIService {
         metadata: ObjectMeta {
