@@ -24,30 +24,27 @@ const APISERVICE: &str = "v1beta1.external.metrics.k8s.io";
 /// The APIService is cluster-wide: the tests that change it take turns.
 static APISERVICE_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-#[tokio::test]
-async fn kubectl_get_raw_returns_what_the_controller_measured() {
-    let _turn = APISERVICE_LOCK.lock().await;
-    let env = Env::new("aggregator").await;
-    let apiservices: Api<APIService> = Api::all(env.client.clone());
+/// Deletes the group's APIService, whoever made it, and waits until it is gone.
+async fn remove_apiservice(apiservices: &Api<APIService>) {
     let _ = apiservices
         .delete(APISERVICE, &DeleteParams::default())
         .await;
-    env.deployment("vllm", 1).await;
-    env.set("kv", 0.5).await;
+    common::eventually("no APIService for the group", WAIT, || async {
+        apiservices
+            .get_opt(APISERVICE)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+}
 
-    let port = common::free_port();
-    let service: Service = serde_json::from_value(json!({
-        "metadata": { "name": "llmscaleoperator" },
-        "spec": { "type": "ExternalName", "externalName": "localhost", "ports": [{ "name": "https", "port": port }] }
-    }))
-    .unwrap();
-    Api::<Service>::namespaced(env.client.clone(), &env.ns)
-        .create(&PostParams::default(), &service)
-        .await
-        .unwrap();
-
+/// The operator binary, scoped to the test's namespace, serving the API on `port` behind the
+/// Service `llmscaleoperator` there, and asked to register it.
+fn spawn_registering_operator(env: &Env, health: u16, port: u16) -> std::process::Child {
     let kubeconfig = common::kubeconfig_path();
-    let mut operator = Command::new(env!("CARGO_BIN_EXE_llmscaleoperator"))
+    Command::new(env!("CARGO_BIN_EXE_llmscaleoperator"))
         .args([
             "run",
             "--kubeconfig",
@@ -55,10 +52,7 @@ async fn kubectl_get_raw_returns_what_the_controller_measured() {
             "--namespace",
             &env.ns,
         ])
-        .args([
-            "--health-address",
-            &format!("127.0.0.1:{}", common::free_port()),
-        ])
+        .args(["--health-address", &format!("127.0.0.1:{health}")])
         .args(["--extmetrics-address", &format!("127.0.0.1:{port}")])
         .args([
             "--register-apiservice",
@@ -75,7 +69,31 @@ async fn kubectl_get_raw_returns_what_the_controller_measured() {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn kubectl_get_raw_returns_what_the_controller_measured() {
+    let _turn = APISERVICE_LOCK.lock().await;
+    let env = Env::new("aggregator").await;
+    let apiservices: Api<APIService> = Api::all(env.client.clone());
+    remove_apiservice(&apiservices).await;
+    env.deployment("vllm", 1).await;
+    env.set("kv", 0.5).await;
+
+    let port = common::free_port();
+    let health = common::free_port();
+    let service: Service = serde_json::from_value(json!({
+        "metadata": { "name": "llmscaleoperator" },
+        "spec": { "type": "ExternalName", "externalName": "localhost", "ports": [{ "name": "https", "port": port }] }
+    }))
+    .unwrap();
+    Api::<Service>::namespaced(env.client.clone(), &env.ns)
+        .create(&PostParams::default(), &service)
+        .await
         .unwrap();
+
+    let mut operator = spawn_registering_operator(&env, health, port);
     env.scaler(
         "agg",
         "vllm",
@@ -191,18 +209,7 @@ async fn an_apiservice_held_by_someone_else_is_left_alone() {
     use kube::api::{Patch, PatchParams};
     let env = Env::without_prometheus("foreign-apiservice").await;
     let apiservices: Api<APIService> = Api::all(env.client.clone());
-    let _ = apiservices
-        .delete(APISERVICE, &DeleteParams::default())
-        .await;
-    common::eventually("no APIService for the group", WAIT, || async {
-        apiservices
-            .get_opt(APISERVICE)
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    remove_apiservice(&apiservices).await;
     // Another adapter (KEDA, prometheus-adapter) got there first.
     let foreign = json!({
         "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
@@ -223,31 +230,8 @@ async fn an_apiservice_held_by_someone_else_is_left_alone() {
         .unwrap();
     let before = apiservices.get(APISERVICE).await.unwrap();
 
-    let kubeconfig = common::kubeconfig_path();
     let health = common::free_port();
-    let mut operator = Command::new(env!("CARGO_BIN_EXE_llmscaleoperator"))
-        .args([
-            "run",
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-            "--namespace",
-            &env.ns,
-        ])
-        .args(["--health-address", &format!("127.0.0.1:{health}")])
-        .args([
-            "--extmetrics-address",
-            &format!("127.0.0.1:{}", common::free_port()),
-        ])
-        .args([
-            "--register-apiservice",
-            "--extmetrics-service-namespace",
-            &env.ns,
-        ])
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut operator = spawn_registering_operator(&env, health, common::free_port());
     // Registration happens before the operator reports ready.
     common::eventually("the operator to be ready", WAIT, || async {
         let r = reqwest::get(format!("http://127.0.0.1:{health}/readyz"))
