@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::Timestamp;
 use llmscaleoperator::extmetrics::authn::RequestHeader;
+use llmscaleoperator::extmetrics::certs::fixed;
 use llmscaleoperator::extmetrics::server::{ApiState, serve};
 use llmscaleoperator::signals::cache::{CachedMetric, MetricCache, ScalerKey, ScalerSnapshot};
 use rcgen::{
@@ -144,9 +145,9 @@ async fn bench() {
         listener.local_addr().unwrap().port()
     );
     let shutdown = CancellationToken::new();
-    let served = serving.clone();
+    let served = fixed(serving.clone());
     let stop = shutdown.clone();
-    tokio::spawn(async move { serve(listener, &served, state, stop).await.unwrap() });
+    tokio::spawn(async move { serve(listener, served, state, stop).await.unwrap() });
 
     let clients: Vec<reqwest::Client> = (0..CONNECTIONS)
         .map(|_| {

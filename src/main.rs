@@ -11,7 +11,8 @@ use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
 use llmscaleoperator::controller::{self, PreflightError, Scope, Shared};
-use llmscaleoperator::extmetrics::registration::{APISERVICE, Registration, Target, register};
+use llmscaleoperator::extmetrics::certs::{self, Policy, Source};
+use llmscaleoperator::extmetrics::registration::Registrar;
 use llmscaleoperator::extmetrics::server::{ApiState, ServeError, serve, watch_request_header};
 use llmscaleoperator::signals::{self, cache::MetricCache, http::HttpError};
 use llmscaleoperator::telemetry::{self, Health, LogFormat, TelemetryError, metrics::Metrics};
@@ -81,8 +82,30 @@ struct RunArgs {
     #[arg(long, env = "LLMSCALER_DISABLE_EXTMETRICS")]
     disable_extmetrics: bool,
 
+    /// Keep the serving certificate (and its CA) in this Secret of the Service's namespace:
+    /// created if missing, shared by every replica, renewed before it expires and reloaded
+    /// without a restart. Without any certificate option a CA and certificate are made in
+    /// memory at start (fine for a single replica).
+    #[arg(
+        long,
+        env = "LLMSCALER_EXTMETRICS_TLS_SECRET",
+        value_name = "NAME",
+        conflicts_with_all = ["extmetrics_tls_existing_secret", "extmetrics_tls_cert_file"]
+    )]
+    extmetrics_tls_secret: Option<String>,
+
+    /// Serve the certificate of a Secret someone else keeps (e.g. cert-manager: tls.crt,
+    /// tls.key, and ca.crt for the caBundle), reloaded when it changes.
+    #[arg(
+        long,
+        env = "LLMSCALER_EXTMETRICS_TLS_EXISTING_SECRET",
+        value_name = "NAME",
+        conflicts_with = "extmetrics_tls_cert_file"
+    )]
+    extmetrics_tls_existing_secret: Option<String>,
+
     /// PEM certificate (chain) for the external metrics API; with --extmetrics-tls-key-file.
-    /// Without them a self-signed certificate is generated for the Service's DNS names.
+    /// Read again when the files change.
     #[arg(
         long,
         env = "LLMSCALER_EXTMETRICS_TLS_CERT_FILE",
@@ -241,42 +264,43 @@ async fn start_extmetrics(
     cache: MetricCache,
     shutdown: CancellationToken,
 ) -> Result<tokio::task::JoinHandle<Result<(), ServeError>>, MainError> {
-    let read = |path: &PathBuf| {
-        std::fs::read_to_string(path)
-            .map_err(|e| MainError::Extmetrics(format!("{}: {e}", path.display())))
-    };
     let namespace = args
         .extmetrics_service_namespace
         .clone()
         .or_else(|| std::env::var("POD_NAMESPACE").ok())
         .unwrap_or_else(|| "default".to_owned());
-    let service = &args.extmetrics_service;
-    let (certificate, ca_pem) = match (
+    let service = args.extmetrics_service.clone();
+    let names = vec![
+        format!("{service}.{namespace}.svc"),
+        format!("{service}.{namespace}.svc.cluster.local"),
+        "localhost".to_owned(),
+    ];
+    let source = match (
+        &args.extmetrics_tls_secret,
+        &args.extmetrics_tls_existing_secret,
         &args.extmetrics_tls_cert_file,
         &args.extmetrics_tls_key_file,
     ) {
-        (Some(cert), Some(key)) => {
-            let ca = args.extmetrics_tls_ca_file.as_ref().map(read).transpose()?;
-            (
-                tls::CertifiedPem {
-                    cert_pem: read(cert)?,
-                    key_pem: read(key)?,
-                },
-                ca,
-            )
-        }
-        _ => {
-            let pki = tls::ca_and_serving(
-                &[
-                    format!("{service}.{namespace}.svc"),
-                    format!("{service}.{namespace}.svc.cluster.local"),
-                    "localhost".to_owned(),
-                ],
-                365,
-            )?;
-            (pki.serving, Some(pki.ca_pem))
-        }
+        (Some(name), _, _, _) => Source::ManagedSecret {
+            namespace: namespace.clone(),
+            name: name.clone(),
+            names,
+            policy: Policy::default(),
+        },
+        (None, Some(name), _, _) => Source::ExistingSecret {
+            namespace: namespace.clone(),
+            name: name.clone(),
+        },
+        (None, None, Some(cert), Some(key)) => Source::Files {
+            cert: cert.clone(),
+            key: key.clone(),
+            ca: args.extmetrics_tls_ca_file.clone(),
+        },
+        _ => Source::Ephemeral { names },
     };
+    let certificates = certs::start(source, client.clone(), shutdown.clone())
+        .await
+        .map_err(|e| MainError::Extmetrics(e.to_string()))?;
     let listener = std::net::TcpListener::bind(args.extmetrics_address).map_err(|e| {
         MainError::Extmetrics(format!("cannot listen on {}: {e}", args.extmetrics_address))
     })?;
@@ -287,54 +311,22 @@ async fn start_extmetrics(
         shutdown.clone(),
     ));
     tracing::info!(address = %args.extmetrics_address, "serving external.metrics.k8s.io");
-    let server = tokio::spawn(async move { serve(listener, &certificate, state, shutdown).await });
+    let served = certificates.clone();
+    let server = tokio::spawn(async move { serve(listener, served, state, shutdown).await });
 
     if args.register_apiservice {
-        let ca_pem = ca_pem.ok_or_else(|| {
-            MainError::Extmetrics(
-                "--register-apiservice with a given certificate needs --extmetrics-tls-ca-file"
-                    .to_owned(),
-            )
-        })?;
-        let target = Target {
-            namespace: &namespace,
+        if certificates.borrow().ca_bundle.is_none() {
+            return Err(MainError::Extmetrics(
+                "--register-apiservice needs the CA of the serving certificate: --extmetrics-tls-ca-file, or ca.crt in the existing Secret".to_owned(),
+            ));
+        }
+        let registrar = Registrar {
+            client,
+            namespace,
             service,
             port: args.extmetrics_service_port,
-            ca_pem: &ca_pem,
         };
-        match register(&client, &target).await {
-            Ok(Registration::Registered) => {
-                tracing::info!(apiservice = APISERVICE, service = %format!("{namespace}/{service}"), "registered with the aggregator")
-            }
-            Ok(Registration::HeldByAnother { holder, apiservice }) => {
-                let message = format!(
-                    "{APISERVICE} is served by {holder} and was left alone; external metrics of llmscaleoperator are reachable on its own Service only"
-                );
-                tracing::warn!(apiservice = APISERVICE, %holder, "{message}");
-                let reporter = kube::runtime::events::Reporter {
-                    controller: "llmscaleoperator".to_owned(),
-                    instance: std::env::var("POD_NAME").ok(),
-                };
-                let recorder = kube::runtime::events::Recorder::new(client.clone(), reporter);
-                let event = kube::runtime::events::Event {
-                    type_: kube::runtime::events::EventType::Warning,
-                    reason: "APIServiceHeldByAnother".to_owned(),
-                    note: Some(message),
-                    action: "Register".to_owned(),
-                    secondary: None,
-                };
-                if let Err(error) = recorder
-                    .publish(
-                        &event,
-                        &kube::Resource::object_ref(apiservice.as_ref(), &()),
-                    )
-                    .await
-                {
-                    tracing::warn!(%error, "cannot publish the event");
-                }
-            }
-            Err(error) => tracing::warn!(%error, "cannot register the APIService"),
-        }
+        registrar.keep_registered(certificates).await;
     }
     Ok(server)
 }

@@ -2,7 +2,6 @@
 //! kube-apiserver routes `GET /apis/external.metrics.k8s.io/...` to it (an ExternalName Service
 //! pointing at localhost; the local control plane runs with aggregator routing off for this), and
 //! the answer is the value the controller last evaluated from the real Prometheus. A stock HPA
-//! (kube-controller-manager, full profile) then scales on the operator's recommendation. A stock HPA
 //! (kube-controller-manager, full profile) then scales on the operator's recommendation.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

@@ -14,6 +14,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, PostParams};
+use llmscaleoperator::extmetrics::certs::fixed;
 use llmscaleoperator::extmetrics::server::{ApiState, serve, watch_request_header};
 use llmscaleoperator::signals::cache::{CachedMetric, MetricCache, ScalerKey, ScalerSnapshot};
 use serde_json::{Value, json};
@@ -125,9 +126,9 @@ async fn start_server(
         "https://localhost:{}",
         listener.local_addr().unwrap().port()
     );
-    let served = cert.clone();
+    let served = fixed(cert.clone());
     let stop = shutdown.clone();
-    tokio::spawn(async move { serve(listener, &served, state, stop).await.unwrap() });
+    tokio::spawn(async move { serve(listener, served, state, stop).await.unwrap() });
     let plain = https(None, &cert.cert_pem);
     common::eventually("the server to answer", Duration::from_secs(30), || async {
         plain

@@ -1,6 +1,7 @@
 //! The external.metrics.k8s.io API, served from the controller's metric cache.
 
 pub mod authn;
+pub mod certs;
 pub mod quantity;
 pub mod registration;
 pub mod review;

@@ -11,6 +11,9 @@ use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::{
 use kube::api::{Api, ObjectMeta, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 
+use tokio::sync::watch;
+
+use super::certs::Material;
 use super::server::{GROUP, VERSION};
 
 pub const APISERVICE: &str = "v1beta1.external.metrics.k8s.io";
@@ -90,4 +93,76 @@ pub async fn register(client: &Client, target: &Target<'_>) -> Result<Registrati
     )
     .await?;
     Ok(Registration::Registered)
+}
+
+/// Registers the APIService for the operator's Service and reports a foreign holder.
+pub struct Registrar {
+    pub client: Client,
+    pub namespace: String,
+    pub service: String,
+    pub port: i32,
+}
+
+impl Registrar {
+    /// Registers once (before the operator reports ready), then again whenever the CA bundle of
+    /// the serving certificate changes.
+    pub async fn keep_registered(self, mut certificates: watch::Receiver<Material>) {
+        let first = certificates.borrow_and_update().ca_bundle.clone();
+        self.register(first.as_deref()).await;
+        tokio::spawn(async move {
+            while certificates.changed().await.is_ok() {
+                let bundle = certificates.borrow_and_update().ca_bundle.clone();
+                self.register(bundle.as_deref()).await;
+            }
+        });
+    }
+
+    async fn register(&self, ca_bundle: Option<&str>) {
+        let Some(ca_pem) = ca_bundle else {
+            tracing::warn!(
+                "the serving certificate has no CA bundle; the APIService is not updated"
+            );
+            return;
+        };
+        let target = Target {
+            namespace: &self.namespace,
+            service: &self.service,
+            port: self.port,
+            ca_pem,
+        };
+        let (namespace, service) = (&self.namespace, &self.service);
+        match register(&self.client, &target).await {
+            Ok(Registration::Registered) => {
+                tracing::info!(apiservice = APISERVICE, service = %format!("{namespace}/{service}"), "registered with the aggregator")
+            }
+            Ok(Registration::HeldByAnother { holder, apiservice }) => {
+                let message = format!(
+                    "{APISERVICE} is served by {holder} and was left alone; external metrics of llmscaleoperator are reachable on its own Service only"
+                );
+                tracing::warn!(apiservice = APISERVICE, %holder, "{message}");
+                let reporter = kube::runtime::events::Reporter {
+                    controller: "llmscaleoperator".to_owned(),
+                    instance: std::env::var("POD_NAME").ok(),
+                };
+                let recorder = kube::runtime::events::Recorder::new(self.client.clone(), reporter);
+                let event = kube::runtime::events::Event {
+                    type_: kube::runtime::events::EventType::Warning,
+                    reason: "APIServiceHeldByAnother".to_owned(),
+                    note: Some(message),
+                    action: "Register".to_owned(),
+                    secondary: None,
+                };
+                if let Err(error) = recorder
+                    .publish(
+                        &event,
+                        &kube::Resource::object_ref(apiservice.as_ref(), &()),
+                    )
+                    .await
+                {
+                    tracing::warn!(%error, "cannot publish the event");
+                }
+            }
+            Err(error) => tracing::warn!(%error, "cannot register the APIService"),
+        }
+    }
 }

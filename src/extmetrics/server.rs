@@ -18,9 +18,11 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use serde_json::json;
 use thiserror::Error;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::authn::{self, AuthnError, DeferredClientAuth, RequestHeader, UserInfo};
+use super::certs::Material;
 use super::review::{Access, Reviewer};
 use super::selector::LabelSelector;
 use super::status::ApiError;
@@ -263,7 +265,7 @@ async fn values(
 /// Serves the API over TLS on `listener` until `shutdown` fires.
 pub async fn serve(
     listener: std::net::TcpListener,
-    certificate: &CertifiedPem,
+    mut certificates: watch::Receiver<Material>,
     state: ApiState,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
@@ -271,14 +273,32 @@ pub async fn serve(
         addr: ([0, 0, 0, 0], 0).into(),
         source,
     })?;
-    let config = server_config(certificate)?;
+    let first = certificates.borrow_and_update().serving.clone();
+    let tls = axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(server_config(&first)?));
     let handle = axum_server::Handle::new();
     let stopper = handle.clone();
+    let reloaded = tls.clone();
     tokio::spawn(async move {
-        shutdown.cancelled().await;
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                changed = certificates.changed() => {
+                    if changed.is_err() {
+                        // The source is gone (it only stops at shutdown): keep what we serve.
+                        shutdown.cancelled().await;
+                        break;
+                    }
+                    let serving = certificates.borrow_and_update().serving.clone();
+                    // New handshakes get the new certificate; open connections keep theirs.
+                    match server_config(&serving) {
+                        Ok(config) => reloaded.reload_from_config(Arc::new(config)),
+                        Err(error) => tracing::warn!(%error, "cannot use the new serving certificate; serving the previous one"),
+                    }
+                }
+            }
+        }
         stopper.graceful_shutdown(Some(std::time::Duration::from_secs(5)));
     });
-    let tls = axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(config));
     axum_server::tls_rustls::from_tcp_rustls(listener, tls)
         .map_err(|source| ServeError::Serve { addr, source })?
         .handle(handle)
