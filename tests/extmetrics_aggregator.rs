@@ -12,8 +12,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::env::{Env, WAIT};
+use k8s_openapi::ByteString;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
@@ -41,7 +42,12 @@ async fn remove_apiservice(apiservices: &Api<APIService>) {
 
 /// The operator binary, scoped to the test's namespace, serving the API on `port` behind the
 /// Service `llmscaleoperator` there, and asked to register it.
-fn spawn_registering_operator(env: &Env, health: u16, port: u16) -> std::process::Child {
+fn spawn_registering_operator(
+    env: &Env,
+    health: u16,
+    port: u16,
+    extra: &[&str],
+) -> std::process::Child {
     let kubeconfig = common::kubeconfig_path();
     Command::new(env!("CARGO_BIN_EXE_llmscaleoperator"))
         .args([
@@ -64,6 +70,7 @@ fn spawn_registering_operator(env: &Env, health: u16, port: u16) -> std::process
             "--extmetrics-service-port",
             &port.to_string(),
         ])
+        .args(extra)
         .env_remove("RUST_LOG")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -92,7 +99,7 @@ async fn kubectl_get_raw_returns_what_the_controller_measured() {
         .await
         .unwrap();
 
-    let mut operator = spawn_registering_operator(&env, health, port);
+    let mut operator = spawn_registering_operator(&env, health, port, &[]);
     env.scaler(
         "agg",
         "vllm",
@@ -230,7 +237,7 @@ async fn an_apiservice_held_by_someone_else_is_left_alone() {
     let before = apiservices.get(APISERVICE).await.unwrap();
 
     let health = common::free_port();
-    let mut operator = spawn_registering_operator(&env, health, common::free_port());
+    let mut operator = spawn_registering_operator(&env, health, common::free_port(), &[]);
     // Registration happens before the operator reports ready.
     common::eventually("the operator to be ready", WAIT, || async {
         let r = reqwest::get(format!("http://127.0.0.1:{health}/readyz"))
@@ -268,5 +275,94 @@ async fn an_apiservice_held_by_someone_else_is_left_alone() {
     let _ = apiservices
         .delete(APISERVICE, &DeleteParams::default())
         .await;
+    env.done().await;
+}
+
+/// Waits until the APIService reports Available=True.
+async fn wait_available(apiservices: &Api<APIService>) {
+    common::eventually("the APIService to be Available", WAIT, || async {
+        let apiservice = apiservices.get(APISERVICE).await.ok()?;
+        let available = apiservice
+            .status?
+            .conditions?
+            .into_iter()
+            .find(|c| c.type_ == "Available")?;
+        (available.status == "True").then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_new_ca_reaches_the_apiservice_and_the_aggregator_keeps_trusting_the_operator() {
+    let _turn = APISERVICE_LOCK.lock().await;
+    let env = Env::without_prometheus("aggregator-ca").await;
+    let apiservices: Api<APIService> = Api::all(env.client.clone());
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), &env.ns);
+    remove_apiservice(&apiservices).await;
+    let port = common::free_port();
+    let service: Service = serde_json::from_value(json!({
+        "metadata": { "name": "llmscaleoperator" },
+        "spec": { "type": "ExternalName", "externalName": "localhost", "ports": [{ "name": "https", "port": port }] }
+    }))
+    .unwrap();
+    Api::<Service>::namespaced(env.client.clone(), &env.ns)
+        .create(&PostParams::default(), &service)
+        .await
+        .unwrap();
+    let mut operator = spawn_registering_operator(
+        &env,
+        common::free_port(),
+        port,
+        &["--extmetrics-tls-secret", "serving"],
+    );
+    wait_available(&apiservices).await;
+    let bundle_of = |apiservice: APIService| {
+        String::from_utf8(apiservice.spec.unwrap().ca_bundle.unwrap().0).unwrap()
+    };
+    let secret_ca =
+        |secret: Secret| String::from_utf8(secret.data.unwrap()["ca.crt"].0.clone()).unwrap();
+    let first = secret_ca(secrets.get("serving").await.unwrap());
+    assert_eq!(bundle_of(apiservices.get(APISERVICE).await.unwrap()), first);
+
+    // The CA's key is damaged: the operator makes a new CA and serves a certificate only it
+    // signed, so the aggregator can only go on talking to it if the APIService's caBundle
+    // follows.
+    let mut secret = secrets.get("serving").await.unwrap();
+    secret
+        .data
+        .as_mut()
+        .unwrap()
+        .insert("ca.key".into(), ByteString(b"garbage".to_vec()));
+    secrets
+        .replace("serving", &PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let rotated = common::eventually(
+        "a new CA in the Secret and the APIService",
+        WAIT,
+        || async {
+            let now = secret_ca(secrets.get("serving").await.ok()?);
+            let registered = bundle_of(apiservices.get(APISERVICE).await.ok()?);
+            (now != first && registered == now).then_some(now)
+        },
+    )
+    .await;
+    let cas = llmscaleoperator::tls::inspect_all(&rotated).unwrap();
+    assert_eq!(cas.len(), 2, "the old CA stays trusted while it is valid");
+    assert_eq!(cas[1], llmscaleoperator::tls::inspect(&first).unwrap());
+    let discovery = common::eventually("discovery through the aggregator", WAIT, || async {
+        let request = http::Request::get("/apis/external.metrics.k8s.io/v1beta1")
+            .body(Vec::new())
+            .unwrap();
+        let text = env.client.request_text(request).await.ok()?;
+        serde_json::from_str::<Value>(&text).ok()
+    })
+    .await;
+    assert_eq!(discovery["kind"], "APIResourceList", "{discovery}");
+    wait_available(&apiservices).await;
+    assert!(operator.try_wait().unwrap().is_none(), "no restart");
+
+    common::interrupt(&mut operator, Duration::from_secs(20)).await;
+    remove_apiservice(&apiservices).await;
     env.done().await;
 }

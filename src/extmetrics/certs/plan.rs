@@ -46,12 +46,13 @@ impl Policy {
 pub enum Observed {
     /// No Secret yet.
     Missing,
-    /// A Secret whose contents cannot serve (a key missing, garbage, a key that does not match).
+    /// A Secret without a usable CA (a key missing, garbage, a key that does not match).
     Unusable(String),
     Usable {
         /// The newest CA (the first in the bundle), whose key the Secret holds.
         ca: CertInfo,
-        serving: CertInfo,
+        /// The serving certificate, or why it cannot serve.
+        serving: Result<CertInfo, String>,
     },
 }
 
@@ -80,6 +81,12 @@ pub fn plan(observed: &Observed, names: &[String], policy: &Policy, now: OffsetD
     if ca_left < policy.ca_renew_before() {
         return Plan::NewCa(format!("the CA expires at {}", rfc3339(ca.not_after)));
     }
+    let serving = match serving {
+        Ok(serving) => serving,
+        Err(why) => {
+            return Plan::RenewServing(format!("the serving certificate is unusable: {why}"));
+        }
+    };
     if serving.issuer != ca.subject {
         return Plan::RenewServing(
             "the serving certificate is not signed by the current CA".into(),
@@ -156,7 +163,7 @@ mod tests {
     fn observed(ca: &CaPem, serving_pem: &str) -> Observed {
         Observed::Usable {
             ca: tls::inspect(&ca.cert_pem).unwrap(),
-            serving: tls::inspect(serving_pem).unwrap(),
+            serving: Ok(tls::inspect(serving_pem).unwrap()),
         }
     }
 
@@ -178,6 +185,20 @@ mod tests {
             now(),
         ) else {
             panic!("expected a new CA")
+        };
+        assert!(why.contains("no tls.key"), "{why}");
+    }
+
+    #[test]
+    fn an_unusable_serving_certificate_under_a_good_ca_is_renewed_under_that_ca() {
+        let policy = Policy::default();
+        let ca = tls::new_ca(policy.ca_validity).unwrap();
+        let seen = Observed::Usable {
+            ca: tls::inspect(&ca.cert_pem).unwrap(),
+            serving: Err("no tls.key".to_owned()),
+        };
+        let Plan::RenewServing(why) = plan(&seen, &names(), &policy, now()) else {
+            panic!("expected a renewal")
         };
         assert!(why.contains("no tls.key"), "{why}");
     }

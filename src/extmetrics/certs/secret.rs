@@ -42,15 +42,18 @@ pub fn observe(data: Option<&Data>) -> Observed {
     };
     let read = || -> Result<Observed, String> {
         let (ca_crt, ca_key) = (text(data, CA_CRT)?, text(data, CA_KEY)?);
-        let (tls_crt, tls_key) = (text(data, TLS_CRT)?, text(data, TLS_KEY)?);
         let ca = tls::inspect(ca_crt).map_err(|e| format!("{CA_CRT}: {e}"))?;
-        let serving = tls::inspect(tls_crt).map_err(|e| format!("{TLS_CRT}: {e}"))?;
         if !tls::key_matches(ca_crt, ca_key) {
             return Err(format!("{CA_KEY} does not belong to {CA_CRT}"));
         }
-        if !tls::key_matches(tls_crt, tls_key) {
-            return Err(format!("{TLS_KEY} does not belong to {TLS_CRT}"));
-        }
+        let serving = (|| {
+            let (tls_crt, tls_key) = (text(data, TLS_CRT)?, text(data, TLS_KEY)?);
+            let serving = tls::inspect(tls_crt).map_err(|e| format!("{TLS_CRT}: {e}"))?;
+            if !tls::key_matches(tls_crt, tls_key) {
+                return Err(format!("{TLS_KEY} does not belong to {TLS_CRT}"));
+            }
+            Ok(serving)
+        })();
         Ok(Observed::Usable { ca, serving })
     };
     read().unwrap_or_else(Observed::Unusable)
@@ -321,17 +324,24 @@ mod tests {
         let names = vec!["a.b.svc".to_owned()];
         let full = renewed(&Plan::NewCa("test".into()), None, &names, &policy).unwrap();
         assert!(matches!(observe(Some(&full)), Observed::Usable { .. }));
+        let serving_problem = |data: &Data| match observe(Some(data)) {
+            Observed::Usable { serving, .. } => serving.err(),
+            other => panic!("{other:?}"),
+        };
         let mut partial = full.clone();
         partial.remove(TLS_KEY);
-        assert_eq!(
-            observe(Some(&partial)),
-            Observed::Unusable("no tls.key".into())
-        );
+        assert_eq!(serving_problem(&partial), Some("no tls.key".into()));
         let mut swapped = full.clone();
         swapped.insert(TLS_KEY.to_owned(), full[CA_KEY].clone());
         assert_eq!(
-            observe(Some(&swapped)),
-            Observed::Unusable("tls.key does not belong to tls.crt".into())
+            serving_problem(&swapped),
+            Some("tls.key does not belong to tls.crt".into())
+        );
+        let mut no_ca_key = full.clone();
+        no_ca_key.remove(CA_KEY);
+        assert_eq!(
+            observe(Some(&no_ca_key)),
+            Observed::Unusable("no ca.key".into())
         );
         let garbage = data(&[(CA_CRT, "x"), (CA_KEY, "x"), (TLS_CRT, "x"), (TLS_KEY, "x")]);
         assert!(
