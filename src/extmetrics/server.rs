@@ -1,11 +1,11 @@
 //! The HTTPS server: routes, per-request authentication and authorization, JSON answers.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 
 use axum::extract::{Path, Query, Request, State};
 use axum::http::HeaderMap;
+use axum::http::header::CONTENT_TYPE;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -32,6 +32,8 @@ use crate::tls::CertifiedPem;
 
 pub const GROUP: &str = "external.metrics.k8s.io";
 pub const VERSION: &str = "v1beta1";
+/// `/apis/{GROUP}/{VERSION}/namespaces/`, spelled out so no request has to format it.
+const NAMESPACED_PREFIX: &str = "/apis/external.metrics.k8s.io/v1beta1/namespaces/";
 const AUTH_CONFIG_MAP: &str = "extension-apiserver-authentication";
 
 #[derive(Debug, Error)]
@@ -148,8 +150,8 @@ async fn guard(
         Ok(user) => user,
         Err(error) => return error.into_response(),
     };
-    let path = request.uri().path().to_owned();
-    let access = metric_access(&path).unwrap_or(Access::Path(path));
+    let path = request.uri().path();
+    let access = metric_access(path).unwrap_or_else(|| Access::Path(path.to_owned()));
     match state.reviewer.allowed(&user, &access).await {
         Ok(true) => next.run(request).await,
         Ok(false) => ApiError::forbidden(format!(
@@ -196,7 +198,7 @@ async fn authenticate(
 }
 
 fn metric_access(path: &str) -> Option<Access> {
-    let rest = path.strip_prefix(&format!("/apis/{GROUP}/{VERSION}/namespaces/"))?;
+    let rest = path.strip_prefix(NAMESPACED_PREFIX)?;
     let (namespace, metric) = rest.split_once('/')?;
     (!metric.is_empty() && !metric.contains('/')).then(|| Access::Metric {
         namespace: namespace.to_owned(),
@@ -247,19 +249,24 @@ async fn resources() -> Json<serde_json::Value> {
 async fn values(
     State(state): State<ApiState>,
     Path((namespace, metric)): Path<(String, String)>,
-    Query(query): Query<HashMap<String, String>>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let selector =
-        LabelSelector::parse(query.get("labelSelector").map(String::as_str).unwrap_or(""))
-            .map_err(|e| ApiError::bad_request(e.to_string()))?;
-    metric_values(
+    Query(query): Query<SelectorQuery>,
+) -> Result<Response, ApiError> {
+    let selector = LabelSelector::parse(query.label_selector.as_deref().unwrap_or(""))
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let body = metric_values(
         &state.cache,
         &namespace,
         &metric,
         &selector,
         Timestamp::now(),
-    )
-    .map(Json)
+    )?;
+    Ok(([(CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SelectorQuery {
+    label_selector: Option<String>,
 }
 
 /// Serves the API over TLS on `listener` until `shutdown` fires.
@@ -337,6 +344,10 @@ mod tests {
 
     #[test]
     fn metric_paths_are_collection_reads() {
+        assert_eq!(
+            NAMESPACED_PREFIX,
+            format!("/apis/{GROUP}/{VERSION}/namespaces/")
+        );
         assert_eq!(
             metric_access("/apis/external.metrics.k8s.io/v1beta1/namespaces/ml/kv-cache"),
             Some(Access::Metric {

@@ -5,10 +5,8 @@
 //! recommendation. A value that failed at the last sync, or is older than three sync periods,
 //! is not published: the HPA must hold, not scale on a stale or made-up number.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use serde_json::{Value, json};
+use serde::Serialize;
 
 use super::quantity::format_quantity;
 use super::selector::LabelSelector;
@@ -18,15 +16,23 @@ use crate::signals::cache::{MetricCache, ScalerSnapshot};
 /// Name of the metric carrying each scaler's recommendation.
 pub const DESIRED_REPLICAS: &str = "desired-replicas";
 
-/// The list for `GET .../namespaces/{namespace}/{metric}?labelSelector=...`.
+const LIST_HEAD: &[u8] = br#"{"kind":"ExternalMetricValueList","apiVersion":"external.metrics.k8s.io/v1beta1","metadata":{},"items":["#;
+const LIST_TAIL: &[u8] = b"]}";
+
+/// The JSON list for `GET .../namespaces/{namespace}/{metric}?labelSelector=...`.
+///
+/// Written straight into the response bytes while the cache is read: this runs on every HPA
+/// poll, and building a JSON tree first cost more than the rest of the request.
 pub fn metric_values(
     cache: &MetricCache,
     namespace: &str,
     metric: &str,
     selector: &LabelSelector,
     now: Timestamp,
-) -> Result<Value, ApiError> {
-    let mut items = Vec::new();
+) -> Result<Vec<u8>, ApiError> {
+    let mut out = Vec::with_capacity(LIST_HEAD.len() + 256);
+    out.extend_from_slice(LIST_HEAD);
+    let mut items = 0usize;
     cache.visit_namespace(namespace, |key, snapshot| {
         let label = |name: &str| match name {
             "llmscaler" => Some(key.name.as_str()),
@@ -36,33 +42,53 @@ pub fn metric_values(
         if !selector.matches_with(label) {
             return;
         }
-        let labels = BTreeMap::from([
-            ("llmscaler".to_owned(), key.name.clone()),
-            ("metric".to_owned(), metric.to_owned()),
-        ]);
-        if let Some(item) = item(snapshot, metric, labels, now) {
-            items.push(item);
+        let Some(item) = item(snapshot, &key.name, metric, now) else {
+            return;
+        };
+        if items > 0 {
+            out.push(b',');
+        }
+        // Writing into a Vec cannot fail, and every field serializes.
+        if serde_json::to_writer(&mut out, &item).is_ok() {
+            items += 1;
         }
     });
-    if items.is_empty() {
+    if items == 0 {
         return Err(ApiError::not_found(format!(
             "no current value of external metric {metric:?} in namespace {namespace:?} for this selector"
         )));
     }
-    Ok(json!({
-        "kind": "ExternalMetricValueList",
-        "apiVersion": "external.metrics.k8s.io/v1beta1",
-        "metadata": {},
-        "items": items,
-    }))
+    out.extend_from_slice(LIST_TAIL);
+    Ok(out)
 }
 
-fn item(
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Item<'a> {
+    metric_name: &'a str,
+    metric_labels: Labels<'a>,
+    #[serde(serialize_with = "rfc3339")]
+    timestamp: Timestamp,
+    window: i64,
+    value: String,
+}
+
+#[derive(Serialize)]
+struct Labels<'a> {
+    llmscaler: &'a str,
+    metric: &'a str,
+}
+
+fn rfc3339<S: serde::Serializer>(at: &Timestamp, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(at)
+}
+
+fn item<'a>(
     snapshot: &ScalerSnapshot,
-    metric: &str,
-    labels: BTreeMap<String, String>,
+    scaler: &'a str,
+    metric: &'a str,
     now: Timestamp,
-) -> Option<Value> {
+) -> Option<Item<'a>> {
     let period = i64::from(snapshot.sync_period_seconds.max(1));
     let (value, at) = if metric == DESIRED_REPLICAS {
         (f64::from(snapshot.desired_replicas), snapshot.synced_at)
@@ -73,13 +99,16 @@ fn item(
     if now.duration_since(at) > SignedDuration::from_secs(3 * period) {
         return None;
     }
-    Some(json!({
-        "metricName": metric,
-        "metricLabels": labels,
-        "timestamp": at.to_string(),
-        "window": period,
-        "value": format_quantity(value).ok()?,
-    }))
+    Some(Item {
+        metric_name: metric,
+        metric_labels: Labels {
+            llmscaler: scaler,
+            metric,
+        },
+        timestamp: at,
+        window: period,
+        value: format_quantity(value).ok()?,
+    })
 }
 
 #[cfg(test)]
@@ -123,9 +152,14 @@ mod tests {
         LabelSelector::default()
     }
 
+    fn list(metric: &str, selector: &LabelSelector) -> serde_json::Value {
+        serde_json::from_slice(&metric_values(&cache(), "ml", metric, selector, t(5)).unwrap())
+            .unwrap()
+    }
+
     #[test]
     fn publishes_each_scalers_value_with_labels() {
-        let list = metric_values(&cache(), "ml", "kv-cache", &all(), t(5)).unwrap();
+        let list = list("kv-cache", &all());
         let items = list["items"].as_array().unwrap();
         assert_eq!(items.len(), 2, "the failed one is absent: {list}");
         assert_eq!(items[0]["metricLabels"]["llmscaler"], "cold");
@@ -134,13 +168,16 @@ mod tests {
         assert_eq!(items[1]["metricName"], "kv-cache");
         assert_eq!(items[1]["timestamp"], t(0).to_string());
         assert_eq!(items[1]["window"], 15);
+        assert_eq!(items[1]["metricLabels"]["metric"], "kv-cache");
         assert_eq!(list["kind"], "ExternalMetricValueList");
+        assert_eq!(list["apiVersion"], "external.metrics.k8s.io/v1beta1");
+        assert_eq!(list["metadata"], serde_json::json!({}));
     }
 
     #[test]
     fn the_selector_picks_a_scaler() {
         let hot = LabelSelector::parse("llmscaler=hot").unwrap();
-        let list = metric_values(&cache(), "ml", "desired-replicas", &hot, t(5)).unwrap();
+        let list = list("desired-replicas", &hot);
         assert_eq!(list["items"].as_array().unwrap().len(), 1);
         assert_eq!(list["items"][0]["value"], "3");
     }
