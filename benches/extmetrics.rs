@@ -20,7 +20,8 @@ use hyper_util::rt::TokioIo;
 use k8s_openapi::jiff::Timestamp;
 use llmscaleoperator::extmetrics::authn::RequestHeader;
 use llmscaleoperator::extmetrics::certs::fixed;
-use llmscaleoperator::extmetrics::server::{ApiState, serve};
+use llmscaleoperator::extmetrics::registration::{APISERVICE, Registration, Target, register};
+use llmscaleoperator::extmetrics::server::{ApiState, serve, watch_request_header};
 use llmscaleoperator::signals::cache::{CachedMetric, MetricCache, ScalerKey, ScalerSnapshot};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
@@ -34,6 +35,28 @@ const NAMESPACES: usize = 10;
 const CONNECTIONS: usize = 16;
 const DURATION: Duration = Duration::from_secs(5);
 const ROLE: &str = "LLMSCALER_BENCH_ROLE";
+/// Where the aggregator finds the API: an ExternalName Service to localhost in this namespace.
+const BENCH_NAMESPACE: &str = "llmscaler-bench";
+const SERVICE: &str = "llmscaleoperator";
+const ONE_METRIC: &str = "/apis/external.metrics.k8s.io/v1beta1/namespaces/ns-3/kv-cache?labelSelector=llmscaler%3Dscaler-43";
+
+fn kubeconfig_path() -> std::path::PathBuf {
+    std::env::var_os("KUBECONFIG").map_or_else(
+        || std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/cluster/kubeconfig"),
+        std::path::PathBuf::from,
+    )
+}
+
+/// The local control plane (`make bench` starts it).
+async fn cluster_client() -> kube::Client {
+    let path = kubeconfig_path();
+    let kubeconfig = kube::config::Kubeconfig::read_from(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (make cluster-up)", path.display()));
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
 
 fn main() {
     llmscaleoperator::tls::install_crypto_provider().unwrap();
@@ -52,6 +75,7 @@ fn main() {
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Hello {
     port: u16,
+    aggregator_port: u16,
     serving_pem: String,
     identity_cert_pem: String,
     identity_key_pem: String,
@@ -103,6 +127,7 @@ async fn server() {
     // Never called: system:masters skips the reviews.
     let unused =
         kube::Client::try_from(kube::Config::new("https://127.0.0.1:1".parse().unwrap())).unwrap();
+    let state_cache = cache.clone();
     let state = ApiState::new(unused, cache);
     let settings = RequestHeader::new(
         ca_cert.pem().as_bytes(),
@@ -113,16 +138,36 @@ async fn server() {
     )
     .unwrap();
     state.set_request_header(Some(Arc::new(settings)));
-    let serving = llmscaleoperator::tls::self_signed(&["localhost".to_owned()]).unwrap();
+    let serving = llmscaleoperator::tls::self_signed(&[
+        "localhost".to_owned(),
+        format!("{SERVICE}.{BENCH_NAMESPACE}.svc"),
+    ])
+    .unwrap();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    // Behind the aggregator: the real front-proxy settings and SubjectAccessReviews.
+    let cluster = cluster_client().await;
+    let behind = ApiState::new(cluster.clone(), state_cache.clone());
+    let aggregator_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let hello = Hello {
         port: listener.local_addr().unwrap().port(),
+        aggregator_port: aggregator_listener.local_addr().unwrap().port(),
         serving_pem: serving.cert_pem.clone(),
         identity_cert_pem: client_cert.pem(),
         identity_key_pem: client_key.serialize_pem(),
     };
     let shutdown = CancellationToken::new();
     let stop = shutdown.clone();
+    tokio::spawn(watch_request_header(
+        cluster,
+        behind.clone(),
+        shutdown.clone(),
+    ));
+    let aggregated = tokio::spawn(serve(
+        aggregator_listener,
+        fixed(serving.clone()),
+        behind,
+        shutdown.clone(),
+    ));
     let server = tokio::spawn(serve(listener, fixed(serving), state, stop));
     let mut out = std::io::stdout();
     writeln!(out, "{}", serde_json::to_string(&hello).unwrap()).unwrap();
@@ -135,6 +180,7 @@ async fn server() {
     .unwrap();
     shutdown.cancel();
     server.await.unwrap().unwrap();
+    aggregated.await.unwrap().unwrap();
 }
 
 struct Run {
@@ -161,12 +207,20 @@ async fn connect(
     port: u16,
     tls: &tokio_rustls::TlsConnector,
 ) -> hyper::client::conn::http1::SendRequest<Empty<Bytes>> {
+    connect_to(port, "localhost", tls).await
+}
+
+async fn connect_to(
+    port: u16,
+    server_name: &str,
+    tls: &tokio_rustls::TlsConnector,
+) -> hyper::client::conn::http1::SendRequest<Empty<Bytes>> {
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .unwrap();
     tcp.set_nodelay(true).unwrap();
     let stream = tls
-        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .connect(ServerName::try_from(server_name.to_owned()).unwrap(), tcp)
         .await
         .unwrap();
     let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
@@ -191,6 +245,7 @@ async fn load(
             let mut latencies = Vec::with_capacity(100_000);
             while Instant::now() < deadline {
                 let mut request = hyper::Request::get(path).header("host", "localhost");
+                // kube-apiserver authenticates by client certificate; the host is not checked.
                 for (k, v) in headers {
                     request = request.header(*k, *v);
                 }
@@ -260,13 +315,7 @@ async fn client() {
         ("X-Remote-Group", "system:masters"),
     ];
     let baseline = load(pid, "/livez", &mut senders, &[]).await;
-    let one = load(
-        pid,
-        "/apis/external.metrics.k8s.io/v1beta1/namespaces/ns-3/kv-cache?labelSelector=llmscaler%3Dscaler-43",
-        &mut senders,
-        HEADERS,
-    )
-    .await;
+    let one = load(pid, ONE_METRIC, &mut senders, HEADERS).await;
     let all = load(
         pid,
         "/apis/external.metrics.k8s.io/v1beta1/namespaces/ns-3/kv-cache",
@@ -274,6 +323,7 @@ async fn client() {
         HEADERS,
     )
     .await;
+    let aggregated = through_the_aggregator(pid, &hello).await;
     drop(child.stdin.take());
     child.wait().unwrap();
 
@@ -285,6 +335,7 @@ async fn client() {
         ("/livez (baseline)", &baseline),
         ("one scaler's metric", &one),
         ("a namespace's 100 items", &all),
+        ("one metric, aggregator", &aggregated),
     ] {
         let capacity = cores as f64 / run.server_cpu.as_secs_f64().max(1e-9);
         println!(
@@ -298,5 +349,108 @@ async fn client() {
             run.requests,
         );
     }
+    println!(
+        "  (aggregator: kube-apiserver on this machine proxies to the API as an aggregated server; its own CPU is not in the server column)"
+    );
     println!("  upstream queries per request: 0 (the API reads only the in-process cache)");
+}
+
+/// Registers the API with the local control plane's aggregator and reads one metric through
+/// kube-apiserver as its admin; unregisters afterwards.
+async fn through_the_aggregator(pid: u32, hello: &Hello) -> Run {
+    use k8s_openapi::api::core::v1::{Namespace, Service};
+    use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+    use kube::api::{Api, DeleteParams, PostParams};
+
+    let client = cluster_client().await;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let _ = namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({ "metadata": { "name": BENCH_NAMESPACE } }))
+                .unwrap(),
+        )
+        .await;
+    let services: Api<Service> = Api::namespaced(client.clone(), BENCH_NAMESPACE);
+    let _ = services.delete(SERVICE, &DeleteParams::default()).await;
+    let service: Service = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": SERVICE },
+        "spec": { "type": "ExternalName", "externalName": "localhost",
+                  "ports": [{ "name": "https", "port": hello.aggregator_port }] }
+    }))
+    .unwrap();
+    services
+        .create(&PostParams::default(), &service)
+        .await
+        .unwrap();
+    let apiservices: Api<APIService> = Api::all(client.clone());
+    let target = Target {
+        namespace: BENCH_NAMESPACE,
+        service: SERVICE,
+        port: i32::from(hello.aggregator_port),
+        ca_pem: &hello.serving_pem,
+    };
+    match register(&client, &target).await.unwrap() {
+        Registration::Registered => {}
+        Registration::HeldByAnother { holder, .. } => {
+            panic!("{APISERVICE} belongs to {holder}; the bench leaves it alone")
+        }
+    }
+
+    // The admin of the local control plane, by client certificate (tests/cluster/up.sh makes
+    // them next to the kubeconfig).
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(kubeconfig_path()).unwrap(),
+        &Default::default(),
+    )
+    .await
+    .unwrap();
+    let apiserver_port = config.cluster_url.port_u16().unwrap();
+    let pki = kubeconfig_path().parent().unwrap().join("pki");
+    let read = |name: &str| std::fs::read(pki.join(name)).unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(&read("ca.crt")).unwrap())
+        .unwrap();
+    let tls_config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(
+            vec![CertificateDer::from_pem_slice(&read("admin.crt")).unwrap()],
+            PrivateKeyDer::from_pem_slice(&read("admin.key")).unwrap(),
+        )
+        .unwrap();
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(tls_config));
+
+    // Available, and answering through the aggregator, before the clock starts.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut probe = connect_to(apiserver_port, "127.0.0.1", &tls).await;
+    loop {
+        let request = hyper::Request::get(ONE_METRIC)
+            .header("host", "127.0.0.1")
+            .body(Empty::new())
+            .unwrap();
+        probe.ready().await.unwrap();
+        let response = probe.send_request(request).await.unwrap();
+        let status = response.status();
+        response.into_body().collect().await.unwrap();
+        if status == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the aggregator never routed to the bench server (last status {status})"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut senders = Vec::new();
+    for _ in 0..CONNECTIONS {
+        senders.push(connect_to(apiserver_port, "127.0.0.1", &tls).await);
+    }
+    let run = load(pid, ONE_METRIC, &mut senders, &[]).await;
+    drop(senders);
+    let _ = apiservices.delete(APISERVICE, &DeleteParams::default()).await;
+    let _ = namespaces
+        .delete(BENCH_NAMESPACE, &DeleteParams::default())
+        .await;
+    run
 }
