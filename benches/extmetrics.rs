@@ -448,7 +448,9 @@ async fn through_the_aggregator(pid: u32, hello: &Hello) -> Run {
     }
     let run = load(pid, ONE_METRIC, &mut senders, &[]).await;
     drop(senders);
-    let _ = apiservices.delete(APISERVICE, &DeleteParams::default()).await;
+    let _ = apiservices
+        .delete(APISERVICE, &DeleteParams::default())
+        .await;
     let _ = namespaces
         .delete(BENCH_NAMESPACE, &DeleteParams::default())
         .await;
