@@ -23,6 +23,7 @@ demo: ## Start the local control plane, install the CRD and samples, run the ope
 
 crd: ## Regenerate the committed CRD manifest from the Rust types
 	cargo run --quiet --locked -- crd > $(CRD_FILE)
+	cp $(CRD_FILE) chart/files/llmscalers.yaml
 
 deps: ## Install missing tools (apt packages, rustfmt, clippy)
 	scripts/deps.sh

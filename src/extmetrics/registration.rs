@@ -17,7 +17,9 @@ use super::certs::Material;
 use super::server::{GROUP, VERSION};
 
 pub const APISERVICE: &str = "v1beta1.external.metrics.k8s.io";
-const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// The label that makes an APIService ours: set on the ones the operator creates, and by the
+/// Helm chart on the one it installs (whose `app.kubernetes.io/managed-by` is Helm's).
+pub const OWNER_LABEL: &str = "autoscaling.modelsphere.dev/apiservice-owner";
 const US: &str = "llmscaleoperator";
 
 /// Where the aggregator should send requests.
@@ -43,7 +45,7 @@ pub enum Registration {
 pub async fn register(client: &Client, target: &Target<'_>) -> Result<Registration, kube::Error> {
     let api: Api<APIService> = Api::all(client.clone());
     if let Some(existing) = api.get_opt(APISERVICE).await?
-        && existing.labels().get(MANAGED_BY).map(String::as_str) != Some(US)
+        && existing.labels().get(OWNER_LABEL).map(String::as_str) != Some(US)
     {
         let holder = existing
             .spec
@@ -65,7 +67,7 @@ pub async fn register(client: &Client, target: &Target<'_>) -> Result<Registrati
     let apiservice = APIService {
         metadata: ObjectMeta {
             name: Some(APISERVICE.to_owned()),
-            labels: Some([(MANAGED_BY.to_owned(), US.to_owned())].into()),
+            labels: Some([(OWNER_LABEL.to_owned(), US.to_owned())].into()),
             ..Default::default()
         },
         spec: Some(APIServiceSpec {

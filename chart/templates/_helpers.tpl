@@ -1,0 +1,80 @@
+{{/* The release's full name, at most 63 characters. */}}
+{{- define "llmscaleoperator.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "llmscaleoperator.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "llmscaleoperator.labels" -}}
+{{ include "llmscaleoperator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "llmscaleoperator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "llmscaleoperator.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "llmscaleoperator.image" -}}
+{{- $image := .Values.manager.image -}}
+{{- if $image.digest -}}
+{{- printf "%s@%s" $image.repository $image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $image.repository (default .Chart.AppVersion $image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret holding the serving certificate of the external metrics API. */}}
+{{- define "llmscaleoperator.certSecret" -}}
+{{- $cert := .Values.externalMetrics.certificate -}}
+{{- if eq $cert.source "existingSecret" -}}
+{{- required "externalMetrics.certificate.existingSecret is required with source existingSecret" $cert.existingSecret -}}
+{{- else -}}
+{{- default (printf "%s-extmetrics-tls" (include "llmscaleoperator.fullname" .)) $cert.secretName -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Whether the operator writes the APIService (and its caBundle) itself. */}}
+{{- define "llmscaleoperator.registers" -}}
+{{- if and .Values.externalMetrics.enabled .Values.externalMetrics.apiService.enabled (eq .Values.externalMetrics.certificate.source "selfManaged") -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* What the controller needs in every namespace it watches. Each rule is needed by at least one
+     behaviour; tests/chart_rbac.rs fails when any one is removed. */}}
+{{- define "llmscaleoperator.controllerRules" }}
+- apiGroups: [autoscaling.modelsphere.dev]
+  resources: [llmscalers]
+  verbs: [get, list, watch]
+- apiGroups: [autoscaling.modelsphere.dev]
+  resources: [llmscalers/status]
+  verbs: [patch]
+- apiGroups: [apps]
+  resources: [deployments, statefulsets]
+  verbs: [get, list, watch, patch]
+- apiGroups: [leaderworkerset.x-k8s.io]
+  resources: [leaderworkersets]
+  verbs: [get, list, watch, patch]
+- apiGroups: [apps]
+  resources: [replicasets]
+  verbs: [list]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list, patch]
+- apiGroups: [events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+{{- end }}

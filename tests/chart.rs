@@ -1,0 +1,406 @@
+//! chart/: lints strictly, renders what each value asks for, refuses bad values at install time,
+//! passes its flags to a binary that accepts them, and installs into the real apiserver.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::process::Command;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+const CHART: &str = "chart";
+
+fn helm(args: &[&str]) -> std::process::Output {
+    let helm = common::repo_root().join("target/cluster/bin/helm");
+    Command::new(&helm)
+        .args(args)
+        .current_dir(common::repo_root())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {} ({e}); `make test` builds it", helm.display()))
+}
+
+/// `helm template` with `--set` values: the rendered objects, or helm's error.
+fn render(sets: &[&str]) -> Result<Vec<Value>, String> {
+    let mut args = vec!["template", "t", CHART, "--namespace", "ops"];
+    for set in sets {
+        args.extend(["--set", set]);
+    }
+    let out = helm(&args);
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let text = String::from_utf8(out.stdout).unwrap();
+    Ok(serde_norway::Deserializer::from_str(&text)
+        .map(|doc| Value::deserialize(doc).unwrap())
+        .filter(|v| !v.is_null())
+        .collect())
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+}
+
+fn kinds(objects: &[Value]) -> Vec<String> {
+    objects
+        .iter()
+        .map(|o| {
+            format!(
+                "{}/{}",
+                o["kind"].as_str().unwrap(),
+                o["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+fn args(objects: &[Value]) -> Vec<String> {
+    let deployment = find(objects, "Deployment", "t-llmscaleoperator").unwrap();
+    deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Each toggle the chart offers, as `--set` values.
+const TOGGLES: &[&[&str]] = &[
+    &[],
+    &["crd.enabled=false"],
+    &["crd.keep=false"],
+    &["rbac.namespaced=true", "watch.namespaces={ml}"],
+    &["rbac.create=false"],
+    &[
+        "serviceAccount.create=false",
+        "serviceAccount.name=existing",
+    ],
+    &["externalMetrics.enabled=false"],
+    &["externalMetrics.apiService.enabled=false"],
+    &[
+        "externalMetrics.certificate.source=existingSecret",
+        "externalMetrics.certificate.existingSecret=from-cert-manager",
+        "externalMetrics.certificate.certManagerInjectFrom=ops/extmetrics",
+    ],
+    &["metrics.serviceMonitor.enabled=true"],
+    &["networkPolicy.enabled=true"],
+    &[
+        "manager.image.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+    ],
+];
+
+#[test]
+fn the_chart_lints_strictly_with_every_toggle() {
+    for sets in TOGGLES {
+        let mut args = vec!["lint", "--strict", CHART];
+        for set in *sets {
+            args.extend(["--set", set]);
+        }
+        let out = helm(&args);
+        assert!(
+            out.status.success(),
+            "helm lint --strict {sets:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        render(sets).unwrap_or_else(|e| panic!("helm template {sets:?}: {e}"));
+    }
+}
+
+#[test]
+fn the_defaults_install_the_whole_operator() {
+    let objects = render(&[]).unwrap();
+    let names = kinds(&objects);
+    for wanted in [
+        "CustomResourceDefinition/llmscalers.autoscaling.modelsphere.dev",
+        "ServiceAccount/t-llmscaleoperator",
+        "ClusterRole/t-llmscaleoperator",
+        "ClusterRoleBinding/t-llmscaleoperator",
+        "Role/t-llmscaleoperator-certificate",
+        "RoleBinding/t-llmscaleoperator-certificate",
+        "ClusterRoleBinding/t-llmscaleoperator-auth-delegator",
+        "RoleBinding/t-llmscaleoperator-auth-reader",
+        "ClusterRole/t-llmscaleoperator-apiservice",
+        "Deployment/t-llmscaleoperator",
+        "Service/t-llmscaleoperator",
+        "APIService/v1beta1.external.metrics.k8s.io",
+    ] {
+        assert!(
+            names.contains(&wanted.to_owned()),
+            "{wanted} missing from {names:?}"
+        );
+    }
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.starts_with("ServiceMonitor/") || n.starts_with("NetworkPolicy/"))
+    );
+
+    // The CRD is the one the types generate, kept on uninstall.
+    let crd = find(
+        &objects,
+        "CustomResourceDefinition",
+        "llmscalers.autoscaling.modelsphere.dev",
+    )
+    .unwrap();
+    let generated: Value =
+        serde_norway::from_str(&llmscaleoperator::api::crd_yaml().unwrap()).unwrap();
+    assert_eq!(crd["spec"], generated["spec"]);
+    assert_eq!(
+        crd["metadata"]["annotations"]["helm.sh/resource-policy"],
+        "keep"
+    );
+
+    // The image follows appVersion; the pod runs locked down.
+    let chart: Value = serde_norway::from_str(
+        &std::fs::read_to_string(common::repo_root().join("chart/Chart.yaml")).unwrap(),
+    )
+    .unwrap();
+    let deployment = find(&objects, "Deployment", "t-llmscaleoperator").unwrap();
+    let pod = &deployment["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    assert_eq!(
+        container["image"],
+        format!(
+            "4pdosc/llm-operator:{}",
+            chart["appVersion"].as_str().unwrap()
+        )
+    );
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(
+        container["securityContext"]["allowPrivilegeEscalation"],
+        false
+    );
+    assert_eq!(
+        container["securityContext"]["capabilities"]["drop"][0],
+        "ALL"
+    );
+
+    // The operator keeps its certificate in a Secret, registers the chart's APIService and
+    // points it at the chart's Service.
+    let args = args(&objects);
+    for flag in [
+        "--extmetrics-tls-secret=t-llmscaleoperator-extmetrics-tls",
+        "--register-apiservice",
+        "--extmetrics-service=t-llmscaleoperator",
+        "--extmetrics-service-port=443",
+    ] {
+        assert!(
+            args.contains(&flag.to_owned()),
+            "{flag} missing from {args:?}"
+        );
+    }
+    let apiservice = find(&objects, "APIService", "v1beta1.external.metrics.k8s.io").unwrap();
+    assert_eq!(
+        apiservice["metadata"]["labels"]["autoscaling.modelsphere.dev/apiservice-owner"],
+        "llmscaleoperator"
+    );
+    assert_eq!(apiservice["spec"]["service"]["name"], "t-llmscaleoperator");
+    assert_eq!(apiservice["spec"]["service"]["namespace"], "ops");
+    assert_eq!(
+        llmscaleoperator::extmetrics::registration::OWNER_LABEL,
+        "autoscaling.modelsphere.dev/apiservice-owner"
+    );
+    // Secrets only by name, in the operator's namespace.
+    let role = find(&objects, "Role", "t-llmscaleoperator-certificate").unwrap();
+    assert_eq!(role["metadata"]["namespace"], "ops");
+    assert_eq!(
+        role["rules"][1]["resourceNames"][0],
+        "t-llmscaleoperator-extmetrics-tls"
+    );
+    let reader = find(&objects, "RoleBinding", "t-llmscaleoperator-auth-reader").unwrap();
+    assert_eq!(reader["metadata"]["namespace"], "kube-system");
+    assert_eq!(
+        reader["roleRef"]["name"],
+        "extension-apiserver-authentication-reader"
+    );
+}
+
+#[test]
+fn each_toggle_renders_what_it_says() {
+    let no_crd = render(&["crd.enabled=false"]).unwrap();
+    assert!(
+        !kinds(&no_crd)
+            .iter()
+            .any(|k| k.starts_with("CustomResourceDefinition/"))
+    );
+    let not_kept = render(&["crd.keep=false"]).unwrap();
+    let crd = find(
+        &not_kept,
+        "CustomResourceDefinition",
+        "llmscalers.autoscaling.modelsphere.dev",
+    )
+    .unwrap();
+    assert!(
+        crd["metadata"]["annotations"]
+            .get("helm.sh/resource-policy")
+            .is_none()
+    );
+
+    let namespaced = render(&["rbac.namespaced=true", "watch.namespaces={ml}"]).unwrap();
+    let names = kinds(&namespaced);
+    assert!(
+        !names.contains(&"ClusterRole/t-llmscaleoperator".to_owned()),
+        "{names:?}"
+    );
+    let role = find(&namespaced, "Role", "t-llmscaleoperator").unwrap();
+    assert_eq!(role["metadata"]["namespace"], "ml");
+    assert!(
+        args(&namespaced).contains(&"--namespace=ml".to_owned()),
+        "watches only ml"
+    );
+
+    let no_api = render(&["externalMetrics.enabled=false"]).unwrap();
+    assert!(args(&no_api).contains(&"--disable-extmetrics".to_owned()));
+    let names = kinds(&no_api);
+    assert!(
+        !names.iter().any(|n| n.starts_with("APIService/")
+            || n.contains("auth-")
+            || n.contains("certificate")),
+        "{names:?}"
+    );
+
+    let unregistered = render(&["externalMetrics.apiService.enabled=false"]).unwrap();
+    assert!(!args(&unregistered).contains(&"--register-apiservice".to_owned()));
+    assert!(
+        find(
+            &unregistered,
+            "APIService",
+            "v1beta1.external.metrics.k8s.io"
+        )
+        .is_none()
+    );
+    assert!(
+        find(
+            &unregistered,
+            "ClusterRole",
+            "t-llmscaleoperator-apiservice"
+        )
+        .is_none()
+    );
+
+    let cert_manager = render(&[
+        "externalMetrics.certificate.source=existingSecret",
+        "externalMetrics.certificate.existingSecret=from-cert-manager",
+        "externalMetrics.certificate.certManagerInjectFrom=ops/extmetrics",
+    ])
+    .unwrap();
+    let args_cm = args(&cert_manager);
+    assert!(args_cm.contains(&"--extmetrics-tls-existing-secret=from-cert-manager".to_owned()));
+    assert!(
+        !args_cm.contains(&"--register-apiservice".to_owned()),
+        "cert-manager injects the CA"
+    );
+    let apiservice = find(
+        &cert_manager,
+        "APIService",
+        "v1beta1.external.metrics.k8s.io",
+    )
+    .unwrap();
+    assert_eq!(
+        apiservice["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        "ops/extmetrics"
+    );
+    assert!(
+        apiservice["metadata"]["labels"]
+            .get("autoscaling.modelsphere.dev/apiservice-owner")
+            .is_none()
+    );
+    let role = find(&cert_manager, "Role", "t-llmscaleoperator-certificate").unwrap();
+    assert_eq!(
+        role["rules"].as_array().unwrap().len(),
+        1,
+        "read-only: {role}"
+    );
+    assert_eq!(
+        role["rules"][0]["verbs"],
+        serde_json::json!(["get", "list", "watch"])
+    );
+
+    let monitored = render(&[
+        "metrics.serviceMonitor.enabled=true",
+        "networkPolicy.enabled=true",
+    ])
+    .unwrap();
+    assert!(find(&monitored, "ServiceMonitor", "t-llmscaleoperator").is_some());
+    assert!(find(&monitored, "NetworkPolicy", "t-llmscaleoperator").is_some());
+
+    let digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    let pinned = render(&[&format!("manager.image.digest={digest}")]).unwrap();
+    let deployment = find(&pinned, "Deployment", "t-llmscaleoperator").unwrap();
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["containers"][0]["image"],
+        format!("4pdosc/llm-operator@{digest}")
+    );
+    let sa = render(&[
+        "serviceAccount.create=false",
+        "serviceAccount.name=existing",
+    ])
+    .unwrap();
+    assert!(find(&sa, "ServiceAccount", "existing").is_none());
+    let deployment = find(&sa, "Deployment", "t-llmscaleoperator").unwrap();
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["serviceAccountName"],
+        "existing"
+    );
+}
+
+#[test]
+fn bad_values_are_refused_at_install_time() {
+    for (sets, fragment) in [
+        (
+            vec!["replicas=2"],
+            "additional properties 'replicas' not allowed",
+        ),
+        (vec!["manager.replicas=two"], "/manager/replicas"),
+        (vec!["manager.logFormat=xml"], "/manager/logFormat"),
+        (
+            vec!["externalMetrics.certificate.source=vault"],
+            "/externalMetrics/certificate/source",
+        ),
+        (vec!["manager.image.digest=latest"], "/manager/image/digest"),
+        (
+            vec!["rbac.namespaced=true"],
+            "rbac.namespaced needs watch.namespaces",
+        ),
+        (
+            vec!["externalMetrics.certificate.source=existingSecret"],
+            "existingSecret is required",
+        ),
+        (
+            vec!["serviceAccount.create=false"],
+            "serviceAccount.name is required",
+        ),
+    ] {
+        let error = render(&sets).expect_err(&format!("{sets:?} must be refused"));
+        assert!(error.contains(fragment), "{sets:?}: {error}");
+    }
+}
+
+#[test]
+fn the_binary_accepts_every_flag_the_chart_passes() {
+    for sets in TOGGLES {
+        let objects = render(sets).unwrap();
+        let args = args(&objects);
+        // Unreachable on purpose: parsing must succeed and stop at the connection.
+        let out = Command::new(env!("CARGO_BIN_EXE_llmscaleoperator"))
+            .args(&args)
+            .args(["--kubeconfig", "/nonexistent/kubeconfig"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(
+            stderr.contains("/nonexistent/kubeconfig") && !stderr.contains("Usage:"),
+            "{sets:?} {args:?}: {stderr}"
+        );
+    }
+}
