@@ -404,3 +404,121 @@ fn the_binary_accepts_every_flag_the_chart_passes() {
         );
     }
 }
+
+/// `helm install` into the local control plane: every object of the chart is accepted by the real
+/// apiserver (CRD, RBAC, Deployment, Service, APIService), and uninstalling keeps the CRD.
+#[tokio::test]
+async fn helm_install_is_accepted_by_the_real_apiserver() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::Service;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+    use kube::api::Api;
+
+    let client = common::client().await;
+    common::ensure_crd(&client).await;
+    let ns = common::namespace(&client, "chart-install").await;
+    let kubeconfig = common::kubeconfig_path();
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    // The CRD is already there (the other tests install it): the release takes it over, as an
+    // upgrade from a kubectl-applied CRD would.
+    let out = helm(&[
+        "install",
+        "chart-it",
+        CHART,
+        "--namespace",
+        &ns,
+        "--kubeconfig",
+        kubeconfig,
+        "--take-ownership",
+    ]);
+    assert!(
+        out.status.success(),
+        "helm install: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let notes = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        notes.contains("kubectl get apiservice v1beta1.external.metrics.k8s.io"),
+        "{notes}"
+    );
+
+    let name = "chart-it-llmscaleoperator";
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = crds
+        .get("llmscalers.autoscaling.modelsphere.dev")
+        .await
+        .unwrap();
+    assert_eq!(
+        crd.metadata.annotations.as_ref().unwrap()["meta.helm.sh/release-name"],
+        "chart-it"
+    );
+    Api::<ClusterRole>::all(client.clone())
+        .get(name)
+        .await
+        .unwrap();
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .get(&format!("{name}-auth-delegator"))
+        .await
+        .unwrap();
+    Api::<RoleBinding>::namespaced(client.clone(), "kube-system")
+        .get(&format!("{name}-auth-reader"))
+        .await
+        .unwrap();
+    let deployment = Api::<Deployment>::namespaced(client.clone(), &ns)
+        .get(name)
+        .await
+        .unwrap();
+    assert_eq!(deployment.spec.unwrap().replicas, Some(1));
+    Api::<Service>::namespaced(client.clone(), &ns)
+        .get(name)
+        .await
+        .unwrap();
+    let apiservices: Api<APIService> = Api::all(client.clone());
+    let apiservice = apiservices
+        .get("v1beta1.external.metrics.k8s.io")
+        .await
+        .unwrap();
+    assert_eq!(
+        apiservice
+            .spec
+            .unwrap()
+            .service
+            .unwrap()
+            .namespace
+            .as_deref(),
+        Some(ns.as_str())
+    );
+
+    let out = helm(&[
+        "uninstall",
+        "chart-it",
+        "--namespace",
+        &ns,
+        "--kubeconfig",
+        kubeconfig,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        apiservices
+            .get_opt("v1beta1.external.metrics.k8s.io")
+            .await
+            .unwrap()
+            .is_none(),
+        "the APIService goes with the release"
+    );
+    assert!(
+        crds.get_opt("llmscalers.autoscaling.modelsphere.dev")
+            .await
+            .unwrap()
+            .is_some(),
+        "crd.keep leaves the CRD (and every LLMScaler) in place"
+    );
+    common::delete_namespace(&client, &ns).await;
+}

@@ -1,0 +1,110 @@
+//! The release rule: a tag vX.Y.Z is refused unless X.Y.Z is the chart's appVersion, and the
+//! binary's own version agrees with the chart; the Dockerfile builds what CI builds.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::process::Command;
+
+fn check(tag: &str, app_version: &str) -> (bool, String) {
+    let dir = std::env::temp_dir().join(format!("release-tag-{}-{tag}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let chart = dir.join("Chart.yaml");
+    std::fs::write(
+        &chart,
+        format!(
+            "apiVersion: v2\nname: llmscaleoperator\nversion: 9.9.9\nappVersion: {app_version}\n"
+        ),
+    )
+    .unwrap();
+    let out = Command::new(common::repo_root().join("scripts/check-release-tag.sh"))
+        .args([tag, chart.to_str().unwrap()])
+        .output()
+        .unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn a_tag_must_name_the_charts_app_version() {
+    assert!(check("v1.4.2", "\"1.4.2\"").0);
+    assert!(check("v1.4.2", "1.4.2").0);
+    // Pre-release suffixes compare by their core, on either side.
+    assert!(check("v1.4.2-rc.1", "1.4.2").0);
+    assert!(check("v1.4.2", "'1.4.2-beta.3'").0);
+
+    let (ok, message) = check("v1.5.0", "\"1.4.2\"");
+    assert!(!ok, "{message}");
+    assert!(
+        message.contains("bump appVersion") && message.contains("chart/Chart.yaml"),
+        "{message}"
+    );
+    assert!(
+        message.contains("1.5.0") && message.contains("1.4.2"),
+        "{message}"
+    );
+
+    for bad in ["1.4.2", "v1.4", "release-1.4.2", ""] {
+        let (ok, message) = check(bad, "1.4.2");
+        assert!(!ok, "{bad:?} must be refused: {message}");
+    }
+}
+
+#[test]
+fn the_binary_and_the_chart_carry_one_version() {
+    let chart: serde_json::Value = serde_norway::from_str(
+        &std::fs::read_to_string(common::repo_root().join("chart/Chart.yaml")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        chart["appVersion"].as_str().unwrap(),
+        env!("CARGO_PKG_VERSION"),
+        "chart/Chart.yaml appVersion and Cargo.toml version must move together"
+    );
+    let (ok, message) = check(
+        &format!("v{}", env!("CARGO_PKG_VERSION")),
+        chart["appVersion"].as_str().unwrap(),
+    );
+    assert!(ok, "{message}");
+}
+
+#[test]
+fn the_dockerfile_builds_the_locked_release_as_nonroot_on_overridable_bases() {
+    let dockerfile = std::fs::read_to_string(common::repo_root().join("Dockerfile")).unwrap();
+    for needle in [
+        "ARG RUST_IMAGE=",
+        "ARG RUNTIME_IMAGE=gcr.io/distroless/static-debian12:nonroot",
+        "FROM ${RUST_IMAGE} AS build",
+        "FROM ${RUNTIME_IMAGE}",
+        "cargo build --release --locked",
+        "USER 65532",
+    ] {
+        assert!(dockerfile.contains(needle), "Dockerfile lacks {needle:?}");
+    }
+    // Every path the build copies exists, so the build context is complete.
+    for line in dockerfile
+        .lines()
+        .filter(|l| l.starts_with("COPY ") && !l.contains("--from"))
+    {
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        for source in &parts[1..parts.len() - 1] {
+            assert!(
+                common::repo_root().join(source).exists(),
+                "Dockerfile copies {source}, which does not exist"
+            );
+        }
+    }
+    let workflow =
+        std::fs::read_to_string(common::repo_root().join(".github/workflows/release.yml")).unwrap();
+    assert!(workflow.contains("scripts/check-release-tag.sh"));
+    assert!(workflow.contains("linux/amd64,linux/arm64"));
+    assert!(workflow.contains("helm lint --strict chart"));
+}
