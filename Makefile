@@ -3,7 +3,7 @@ SHELL := /usr/bin/env bash
 CLUSTER_PROFILE ?= minimal
 CRD_FILE := config/crd/bases/autoscaling.modelsphere.dev_llmscalers.yaml
 
-.PHONY: help build test bench demo crd deps cluster-up cluster-down fmt lint clean
+.PHONY: help build test bench demo crd manifests deploy undeploy deps cluster-up cluster-down fmt lint clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -24,6 +24,25 @@ demo: ## Start the local control plane, install the CRD and samples, run the ope
 crd: ## Regenerate the committed CRD manifest from the Rust types
 	cargo run --quiet --locked -- crd > $(CRD_FILE)
 	cp $(CRD_FILE) chart/files/llmscalers.yaml
+
+# make deploy IMG=<registry>/llm-operator:<tag> installs (or upgrades) the chart with that image.
+HELM ?= $(shell command -v helm 2>/dev/null || echo target/cluster/bin/helm)
+RELEASE ?= llmscaleoperator
+NAMESPACE ?= llmscaleoperator
+HELM_FLAGS ?=
+
+deploy: ## Install the chart with IMG=<registry>/llm-operator:<tag> (RELEASE, NAMESPACE, HELM_FLAGS)
+	@test -n "$(IMG)" || { echo "usage: make deploy IMG=<registry>/llm-operator:<tag>" >&2; exit 2; }
+	@repo="$(IMG)"; tag=""; \
+	case "$${repo##*/}" in *:*) tag="$${repo##*:}"; repo="$${repo%:*}";; esac; \
+	set -x; $(HELM) upgrade --install $(RELEASE) chart --namespace $(NAMESPACE) --create-namespace \
+	  --set manager.image.repository="$$repo" --set manager.image.tag="$$tag" $(HELM_FLAGS)
+
+undeploy: ## Uninstall the chart's release (the CRD stays unless crd.keep=false)
+	$(HELM) uninstall $(RELEASE) --namespace $(NAMESPACE)
+
+manifests: ## Regenerate apiservice/ (plain manifests) from chart/
+	UPDATE_MANIFESTS=1 cargo test --quiet --locked --test chart the_plain_apiservice_manifests_match_the_chart
 
 deps: ## Install missing tools (apt packages, rustfmt, clippy)
 	scripts/deps.sh

@@ -421,21 +421,26 @@ async fn helm_install_is_accepted_by_the_real_apiserver() {
     let ns = common::namespace(&client, "chart-install").await;
     let kubeconfig = common::kubeconfig_path();
     let kubeconfig = kubeconfig.to_str().unwrap();
-    // The CRD is already there (the other tests install it): the release takes it over, as an
-    // upgrade from a kubectl-applied CRD would.
-    let out = helm(&[
-        "install",
-        "chart-it",
-        CHART,
-        "--namespace",
-        &ns,
-        "--kubeconfig",
-        kubeconfig,
-        "--take-ownership",
-    ]);
+    // As the README says: make deploy. The CRD is already there (the other tests install it):
+    // the release takes it over, as an upgrade from a kubectl-applied CRD would.
+    let image = "registry.local:5000/team/llm-operator:v9.9.9";
+    let make = |target: &str| {
+        Command::new("make")
+            .arg(target)
+            .arg(format!("IMG={image}"))
+            .arg("RELEASE=chart-it")
+            .arg(format!("NAMESPACE={ns}"))
+            .arg("HELM=target/cluster/bin/helm")
+            .arg("HELM_FLAGS=--take-ownership")
+            .env("KUBECONFIG", kubeconfig)
+            .current_dir(common::repo_root())
+            .output()
+            .unwrap()
+    };
+    let out = make("deploy");
     assert!(
         out.status.success(),
-        "helm install: {}{}",
+        "make deploy: {}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
@@ -471,7 +476,13 @@ async fn helm_install_is_accepted_by_the_real_apiserver() {
         .get(name)
         .await
         .unwrap();
-    assert_eq!(deployment.spec.unwrap().replicas, Some(1));
+    let spec = deployment.spec.unwrap();
+    assert_eq!(spec.replicas, Some(1));
+    assert_eq!(
+        spec.template.spec.unwrap().containers[0].image.as_deref(),
+        Some(image),
+        "make deploy installs the image it was given"
+    );
     Api::<Service>::namespaced(client.clone(), &ns)
         .get(name)
         .await
@@ -521,4 +532,99 @@ async fn helm_install_is_accepted_by_the_real_apiserver() {
         "crd.keep leaves the CRD (and every LLMScaler) in place"
     );
     common::delete_namespace(&client, &ns).await;
+}
+
+/// apiservice/ holds, for users without Helm, the chart's external-metrics objects as rendered
+/// for a release `llmscaleoperator` in namespace `llmscaleoperator`, without Helm's labels.
+/// `make manifests` rewrites them (UPDATE_MANIFESTS=1); otherwise they must match the chart.
+#[test]
+fn the_plain_apiservice_manifests_match_the_chart() {
+    let mut args = vec![
+        "template",
+        "llmscaleoperator",
+        CHART,
+        "--namespace",
+        "llmscaleoperator",
+    ];
+    args.extend([
+        "--show-only",
+        "templates/apiservice.yaml",
+        "--show-only",
+        "templates/service.yaml",
+    ]);
+    args.extend(["--show-only", "templates/rbac.yaml"]);
+    let out = helm(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let objects: Vec<Value> = serde_norway::Deserializer::from_str(&text)
+        .map(|doc| Value::deserialize(doc).unwrap())
+        .filter(|v| !v.is_null())
+        .collect();
+    let files = [
+        (
+            "apiservice/apiservice.yaml",
+            vec![("APIService", "v1beta1.external.metrics.k8s.io")],
+        ),
+        (
+            "apiservice/service.yaml",
+            vec![("Service", "llmscaleoperator")],
+        ),
+        (
+            "apiservice/auth-delegator.yaml",
+            vec![("ClusterRoleBinding", "llmscaleoperator-auth-delegator")],
+        ),
+        (
+            "apiservice/auth-reader.yaml",
+            vec![("RoleBinding", "llmscaleoperator-auth-reader")],
+        ),
+        (
+            "apiservice/apiservice-rbac.yaml",
+            vec![
+                ("ClusterRole", "llmscaleoperator-apiservice"),
+                ("ClusterRoleBinding", "llmscaleoperator-apiservice"),
+            ],
+        ),
+    ];
+    let update = std::env::var("UPDATE_MANIFESTS").as_deref() == Ok("1");
+    for (file, wanted) in files {
+        let expected: Vec<Value> = wanted
+            .iter()
+            .map(|(kind, name)| {
+                let mut object = find(&objects, kind, name)
+                    .unwrap_or_else(|| panic!("the chart renders no {kind}/{name}"))
+                    .clone();
+                let labels = object["metadata"]["labels"].as_object_mut().unwrap();
+                labels.remove("helm.sh/chart");
+                labels.remove("app.kubernetes.io/managed-by");
+                object
+            })
+            .collect();
+        let path = common::repo_root().join(file);
+        if update {
+            let mut text = String::from(
+                "# Generated from chart/ by `make manifests` (release llmscaleoperator in namespace\n# llmscaleoperator): do not edit by hand.\n",
+            );
+            for object in &expected {
+                text.push_str("---\n");
+                text.push_str(&serde_norway::to_string(object).unwrap());
+            }
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, text).unwrap();
+            continue;
+        }
+        let committed = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (run `make manifests`)", path.display()));
+        let committed: Vec<Value> = serde_norway::Deserializer::from_str(&committed)
+            .map(|doc| Value::deserialize(doc).unwrap())
+            .filter(|v| !v.is_null())
+            .collect();
+        assert_eq!(
+            committed, expected,
+            "{file} differs from the chart: run `make manifests` and commit the result"
+        );
+    }
 }
