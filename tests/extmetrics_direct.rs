@@ -8,51 +8,14 @@ mod common;
 
 use std::time::Duration;
 
-use k8s_openapi::api::authentication::v1::TokenRequest;
-use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use llmscaleoperator::extmetrics::certs::fixed;
 use llmscaleoperator::extmetrics::server::{ApiState, serve, watch_request_header};
 use llmscaleoperator::signals::cache::{CachedMetric, MetricCache, ScalerKey, ScalerSnapshot};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-
-async fn token_for(client: &Client, ns: &str, name: &str) -> String {
-    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
-    let sa: ServiceAccount =
-        serde_json::from_value(json!({ "metadata": { "name": name } })).unwrap();
-    sas.create(&PostParams::default(), &sa).await.unwrap();
-    let request: TokenRequest =
-        serde_json::from_value(json!({ "spec": { "expirationSeconds": 3600 } })).unwrap();
-    let answer: TokenRequest = sas
-        .create_subresource("token", name, &PostParams::default(), &request)
-        .await
-        .unwrap();
-    answer.status.unwrap().token
-}
-
-async fn grant_metrics(client: &Client, ns: &str, sa: &str) {
-    let role: ClusterRole = serde_json::from_value(json!({
-        "metadata": { "name": "llmscaler-test-external-metrics-reader" },
-        "rules": [{ "apiGroups": ["external.metrics.k8s.io"], "resources": ["*"], "verbs": ["get", "list", "watch"] }]
-    }))
-    .unwrap();
-    let roles: Api<ClusterRole> = Api::all(client.clone());
-    let _ = roles.create(&PostParams::default(), &role).await;
-    let binding: RoleBinding = serde_json::from_value(json!({
-        "metadata": { "name": "read-metrics" },
-        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "llmscaler-test-external-metrics-reader" },
-        "subjects": [{ "kind": "ServiceAccount", "name": sa, "namespace": ns }]
-    }))
-    .unwrap();
-    Api::<RoleBinding>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &binding)
-        .await
-        .unwrap();
-}
 
 fn https(identity: Option<reqwest::Identity>, ca_pem: &str) -> reqwest::Client {
     let mut builder = reqwest::Client::builder()
@@ -250,7 +213,7 @@ async fn credentials_rbac_and_the_front_proxy_decide_who_reads_what() {
     let (code, _) = get(&plain, &metric, Some("not-a-token"), &[]).await;
     assert_eq!(code, 401);
     // A real ServiceAccount without RBAC.
-    let nobody = token_for(&client, &ns, "nobody").await;
+    let nobody = common::token_for(&client, &ns, "nobody").await;
     let (code, body) = get(&plain, &metric, Some(&nobody), &[]).await;
     assert_eq!(
         (code, body["reason"].as_str()),
@@ -258,8 +221,8 @@ async fn credentials_rbac_and_the_front_proxy_decide_who_reads_what() {
         "{body}"
     );
     // With RBAC: the value the controller cached, as a quantity.
-    let reader = token_for(&client, &ns, "reader").await;
-    grant_metrics(&client, &ns, "reader").await;
+    let reader = common::token_for(&client, &ns, "reader").await;
+    common::grant_metrics(&client, &ns, "reader").await;
     let (code, body) = common::eventually(
         "RBAC to allow the reader",
         Duration::from_secs(30),

@@ -11,8 +11,8 @@ use common::Operator;
 use common::env::{Env, WAIT};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::events::v1::Event;
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::{Client, ResourceExt};
 use serde_json::json;
 
 #[tokio::test]
@@ -509,63 +509,11 @@ async fn the_stabilization_history_survives_an_operator_restart() {
     env.done().await;
 }
 
-/// A CRD shaped like LeaderWorkerSet: spec.replicas and status.readyReplicas, nothing else the
-/// operator relies on. No controller runs for it, so the test plays its status.
-async fn install_leaderworkerset_crd(client: &Client) {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    let crd: CustomResourceDefinition = serde_json::from_value(json!({
-        "metadata": { "name": "leaderworkersets.leaderworkerset.x-k8s.io" },
-        "spec": {
-            "group": "leaderworkerset.x-k8s.io",
-            "names": { "kind": "LeaderWorkerSet", "plural": "leaderworkersets", "singular": "leaderworkerset" },
-            "scope": "Namespaced",
-            "versions": [{
-                "name": "v1", "served": true, "storage": true,
-                "subresources": { "status": {} },
-                "schema": { "openAPIV3Schema": {
-                    "type": "object",
-                    "properties": {
-                        "spec": { "type": "object", "x-kubernetes-preserve-unknown-fields": true,
-                                  "properties": { "replicas": { "type": "integer" } } },
-                        "status": { "type": "object", "x-kubernetes-preserve-unknown-fields": true,
-                                    "properties": { "readyReplicas": { "type": "integer" } } }
-                    }
-                } }
-            }]
-        }
-    }))
-    .unwrap();
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    api.patch(
-        "leaderworkersets.leaderworkerset.x-k8s.io",
-        &PatchParams::apply("llmscaleoperator-tests").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .unwrap();
-    common::eventually(
-        "the LeaderWorkerSet CRD to be established",
-        WAIT,
-        || async {
-            let crd = api
-                .get("leaderworkersets.leaderworkerset.x-k8s.io")
-                .await
-                .ok()?;
-            crd.status?
-                .conditions?
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True")
-                .then_some(())
-        },
-    )
-    .await;
-}
-
 #[tokio::test]
 async fn a_leaderworkerset_shaped_target_is_scaled_and_scale_down_waits_until_settled() {
     use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
     let env = Env::new("lws").await;
-    install_leaderworkerset_crd(&env.client).await;
+    common::install_leaderworkerset_crd(&env.client).await;
     let resource = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet"),
         "leaderworkersets",

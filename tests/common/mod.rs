@@ -11,12 +11,15 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config, CustomResourceExt};
 use llmscaleoperator::api::LLMScaler;
+use serde_json::json;
 
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -227,4 +230,91 @@ pub async fn interrupt(
         async move { exited }
     })
     .await
+}
+
+/// A CRD shaped like LeaderWorkerSet: spec.replicas and status.readyReplicas, nothing else the
+/// operator relies on. No controller runs for it, so the test plays its status.
+pub async fn install_leaderworkerset_crd(client: &Client) {
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "metadata": { "name": "leaderworkersets.leaderworkerset.x-k8s.io" },
+        "spec": {
+            "group": "leaderworkerset.x-k8s.io",
+            "names": { "kind": "LeaderWorkerSet", "plural": "leaderworkersets", "singular": "leaderworkerset" },
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "subresources": { "status": {} },
+                "schema": { "openAPIV3Schema": {
+                    "type": "object",
+                    "properties": {
+                        "spec": { "type": "object", "x-kubernetes-preserve-unknown-fields": true,
+                                  "properties": { "replicas": { "type": "integer" } } },
+                        "status": { "type": "object", "x-kubernetes-preserve-unknown-fields": true,
+                                    "properties": { "readyReplicas": { "type": "integer" } } }
+                    }
+                } }
+            }]
+        }
+    }))
+    .unwrap();
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    api.patch(
+        "leaderworkersets.leaderworkerset.x-k8s.io",
+        &PatchParams::apply("llmscaleoperator-tests").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .unwrap();
+    eventually(
+        "the LeaderWorkerSet CRD to be established",
+        env::WAIT,
+        || async {
+            let crd = api
+                .get("leaderworkersets.leaderworkerset.x-k8s.io")
+                .await
+                .ok()?;
+            crd.status?
+                .conditions?
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+/// A new ServiceAccount and a token for it.
+pub async fn token_for(client: &Client, ns: &str, name: &str) -> String {
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    let sa: ServiceAccount =
+        serde_json::from_value(json!({ "metadata": { "name": name } })).unwrap();
+    sas.create(&PostParams::default(), &sa).await.unwrap();
+    let request: TokenRequest =
+        serde_json::from_value(json!({ "spec": { "expirationSeconds": 3600 } })).unwrap();
+    let answer: TokenRequest = sas
+        .create_subresource("token", name, &PostParams::default(), &request)
+        .await
+        .unwrap();
+    answer.status.unwrap().token
+}
+
+/// Lets a ServiceAccount read every external metric in its namespace.
+pub async fn grant_metrics(client: &Client, ns: &str, sa: &str) {
+    let role: ClusterRole = serde_json::from_value(json!({
+        "metadata": { "name": "llmscaler-test-external-metrics-reader" },
+        "rules": [{ "apiGroups": ["external.metrics.k8s.io"], "resources": ["*"], "verbs": ["get", "list", "watch"] }]
+    }))
+    .unwrap();
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    let _ = roles.create(&PostParams::default(), &role).await;
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": { "name": "read-metrics" },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "llmscaler-test-external-metrics-reader" },
+        "subjects": [{ "kind": "ServiceAccount", "name": sa, "namespace": ns }]
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
 }
