@@ -54,9 +54,11 @@ struct RunArgs {
     #[arg(long, env = "LLMSCALER_CONTEXT")]
     context: Option<String>,
 
-    /// Only reconcile LLMScalers in this namespace (default: all namespaces).
-    #[arg(long, env = "LLMSCALER_NAMESPACE")]
-    namespace: Option<String>,
+    /// Only reconcile LLMScalers in these namespaces (comma-separated or repeated; default: all
+    /// namespaces). Nothing is then listed or watched cluster-wide, so Roles in these namespaces
+    /// are enough.
+    #[arg(long, env = "LLMSCALER_NAMESPACE", value_delimiter = ',')]
+    namespace: Vec<String>,
 
     /// Address for /healthz, /readyz and the operator's own /metrics.
     #[arg(long, env = "LLMSCALER_HEALTH_ADDRESS", default_value = "0.0.0.0:8081")]
@@ -209,11 +211,9 @@ async fn run_async(args: RunArgs) -> Result<(), MainError> {
     let config = client_config(&args).await?;
     let url = config.cluster_url.to_string();
     let client = Client::try_from(config).map_err(|e| MainError::Config(e.to_string()))?;
-    let scope = Scope {
-        namespace: args.namespace.clone(),
-    };
+    let scope = Scope::namespaces(args.namespace.clone());
     controller::preflight(&client, &url, &scope).await?;
-    tracing::info!(apiserver = %url, namespace = ?scope.namespace, "connected; LLMScaler CRD is installed");
+    tracing::info!(apiserver = %url, namespaces = %scope.describe(), "connected; LLMScaler CRD is installed");
 
     let shutdown = CancellationToken::new();
     let health = Health::default();

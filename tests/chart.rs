@@ -72,7 +72,7 @@ const TOGGLES: &[&[&str]] = &[
     &[],
     &["crd.enabled=false"],
     &["crd.keep=false"],
-    &["rbac.namespaced=true", "watch.namespaces={ml}"],
+    &["rbac.namespaced=true", "watch.namespaces={ml,serving}"],
     &["rbac.create=false"],
     &[
         "serviceAccount.create=false",

@@ -23,11 +23,14 @@ const APISERVICE: &str = "v1beta1.external.metrics.k8s.io";
 /// How long a run with a rule taken away is given before its scenarios are judged.
 const REDUCED_RUN: Duration = Duration::from_secs(25);
 const FULL_RUN: Duration = Duration::from_secs(120);
+/// The APIService and the release's cluster-wide objects are one of each: runs take turns.
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn helm_template(release: &str, ns: &str) -> Vec<Value> {
+fn helm_template(release: &str, ns: &str, sets: &[String]) -> Vec<Value> {
     let helm = common::repo_root().join("target/cluster/bin/helm");
     let out = Command::new(helm)
         .args(["template", release, "chart", "--namespace", ns])
+        .args(sets.iter().flat_map(|s| ["--set", s.as_str()]))
         .current_dir(common::repo_root())
         .output()
         .unwrap();
@@ -457,19 +460,29 @@ async fn prepare(env: &mut Env, fullname: &str) -> String {
     reader
 }
 
-/// Runs the operator as the chart's ServiceAccount with `removal` taken from its RBAC; returns
-/// the scenarios that passed within `budget` (all of them ends the run early).
+/// Runs the operator as the chart's ServiceAccount with `removal` taken from its RBAC (the
+/// namespaced variant of the chart when `namespaced`); returns the scenarios that passed within
+/// `budget` (all of them ends the run early).
 async fn run(
     env: &mut Env,
     index: usize,
     removal: Option<&Removal>,
+    namespaced: bool,
     budget: Duration,
 ) -> BTreeSet<&'static str> {
     // One release name for every run: the cluster-wide objects of a run are gone before the next.
     let release = "rbac";
     let fullname = format!("{release}-llmscaleoperator");
     let reader_token = prepare(env, &fullname).await;
-    let rendered = helm_template(release, &env.ns);
+    let sets = if namespaced {
+        vec![
+            "rbac.namespaced=true".to_owned(),
+            format!("watch.namespaces={{{}}}", env.ns),
+        ]
+    } else {
+        Vec::new()
+    };
+    let rendered = helm_template(release, &env.ns, &sets);
     let rbac = without(&rendered, removal);
     apply(&env.client, &rbac).await;
     let token = common::token_for(&env.client, &env.ns, &fullname).await;
@@ -527,12 +540,13 @@ async fn run(
 
 #[tokio::test]
 async fn the_charts_rbac_is_sufficient_and_every_rule_is_needed() {
+    let _turn = TURN.lock().await;
     let mut env = Env::new("rbac").await;
     common::install_leaderworkerset_crd(&env.client).await;
     let first_ns = env.ns.clone();
 
     // Everything the chart grants: every scenario passes.
-    let passed = run(&mut env, 0, None, FULL_RUN).await;
+    let passed = run(&mut env, 0, None, false, FULL_RUN).await;
     let missing: Vec<_> = SCENARIOS.iter().filter(|s| !passed.contains(*s)).collect();
     assert!(
         missing.is_empty(),
@@ -540,12 +554,12 @@ async fn the_charts_rbac_is_sufficient_and_every_rule_is_needed() {
     );
 
     // Take each rule away in turn: something the operator must do stops working.
-    let rendered = helm_template("rbac", "ns");
+    let rendered = helm_template("rbac", "ns", &[]);
     let removals = removals(&rendered);
     assert!(removals.len() >= 10, "{removals:?}");
     let mut unneeded = Vec::new();
     for (i, removal) in removals.iter().enumerate() {
-        let passed = run(&mut env, i + 1, Some(removal), REDUCED_RUN).await;
+        let passed = run(&mut env, i + 1, Some(removal), false, REDUCED_RUN).await;
         let failed: Vec<_> = SCENARIOS.iter().filter(|s| !passed.contains(*s)).collect();
         eprintln!("without {removal}: failed {failed:?}");
         if failed.is_empty() {
@@ -557,6 +571,27 @@ async fn the_charts_rbac_is_sufficient_and_every_rule_is_needed() {
         "rules no scenario needs (remove them from the chart): {unneeded:#?}"
     );
 
+    let _ = Api::<APIService>::all(env.client.clone())
+        .delete(APISERVICE, &DeleteParams::default())
+        .await;
+    env.ns = first_ns;
+    env.done().await;
+}
+
+/// rbac.namespaced: Roles in the watched namespace only, no cluster-wide grant for the
+/// controller; the operator lists and watches only there, and everything still works.
+#[tokio::test]
+async fn namespaced_rbac_is_enough_for_the_watched_namespaces() {
+    let _turn = TURN.lock().await;
+    let mut env = Env::new("rbac-namespaced").await;
+    common::install_leaderworkerset_crd(&env.client).await;
+    let first_ns = env.ns.clone();
+    let passed = run(&mut env, 100, None, true, FULL_RUN).await;
+    let missing: Vec<_> = SCENARIOS.iter().filter(|s| !passed.contains(*s)).collect();
+    assert!(
+        missing.is_empty(),
+        "with namespaced Roles these failed: {missing:?}"
+    );
     let _ = Api::<APIService>::all(env.client.clone())
         .delete(APISERVICE, &DeleteParams::default())
         .await;

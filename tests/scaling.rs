@@ -741,3 +741,51 @@ async fn a_dry_run_scaler_decides_and_reports_but_writes_nothing() {
     assert_eq!(cached.desired_replicas, 3);
     env.done().await;
 }
+
+#[tokio::test]
+async fn only_the_watched_namespaces_are_reconciled() {
+    let mut env = Env::new("scope").await;
+    let home = env.ns.clone();
+    let other = common::namespace(&env.client, "scope-other").await;
+    let outside = common::namespace(&env.client, "scope-outside").await;
+    env.set("load", 3.0).await;
+    let spec = json!({
+        "minReplicas": 1, "maxReplicas": 3,
+        "metrics": [{ "query": env.query("load"), "target": "1" }]
+    });
+    for ns in [&home, &other, &outside] {
+        env.ns = ns.clone();
+        env.deployment("vllm", 1).await;
+        env.scaler("vllm", "vllm", spec.clone()).await;
+    }
+    env.ns = home.clone();
+    let _operator = Operator::start_scoped(
+        &env.client,
+        llmscaleoperator::controller::Scope::namespaces([home.clone(), other.clone()]),
+    );
+    let replicas = |ns: String| {
+        let client = env.client.clone();
+        async move {
+            let api: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(client, &ns);
+            api.get("vllm").await.ok()?.spec?.replicas
+        }
+    };
+    common::eventually("both watched namespaces at 3", WAIT, || async {
+        (replicas(home.clone()).await == Some(3) && replicas(other.clone()).await == Some(3))
+            .then_some(())
+    })
+    .await;
+    // Meanwhile the third namespace, not ours, is left alone.
+    env.ns = outside.clone();
+    env.stays("vllm", 1, Duration::from_secs(3)).await;
+    env.ns = home.clone();
+    let unwatched: Api<llmscaleoperator::api::LLMScaler> =
+        Api::namespaced(env.client.clone(), &outside);
+    assert!(
+        unwatched.get("vllm").await.unwrap().status.is_none(),
+        "a scaler outside the scope gets no status"
+    );
+    common::delete_namespace(&env.client, &other).await;
+    common::delete_namespace(&env.client, &outside).await;
+    env.done().await;
+}

@@ -73,22 +73,59 @@ impl Context {
 }
 
 /// Which LLMScalers this process is responsible for.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Scope {
-    /// Only this namespace, or every namespace when `None`.
-    pub namespace: Option<String>,
+    /// These namespaces only (sorted, no repeats), or every namespace when empty. With a list,
+    /// nothing is ever listed or watched cluster-wide, so namespaced Roles are enough.
+    namespaces: Vec<String>,
 }
 
 impl Scope {
-    pub fn scalers(&self, client: Client) -> Api<LLMScaler> {
-        match &self.namespace {
-            Some(ns) => Api::namespaced(client, ns),
-            None => Api::all(client),
+    /// Every namespace.
+    pub fn all() -> Self {
+        Self::default()
+    }
+
+    /// Only `namespaces`; an empty list means every namespace.
+    pub fn namespaces(namespaces: impl IntoIterator<Item = String>) -> Self {
+        let set: std::collections::BTreeSet<String> = namespaces
+            .into_iter()
+            .map(|ns| ns.trim().to_owned())
+            .filter(|ns| !ns.is_empty())
+            .collect();
+        Self {
+            namespaces: set.into_iter().collect(),
+        }
+    }
+
+    /// One entry per watch: `None` for all namespaces, else each namespace.
+    pub fn watches(&self) -> Vec<Option<String>> {
+        if self.namespaces.is_empty() {
+            vec![None]
+        } else {
+            self.namespaces.iter().cloned().map(Some).collect()
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        if self.namespaces.is_empty() {
+            "all namespaces".to_owned()
+        } else {
+            self.namespaces.join(",")
         }
     }
 }
 
+/// The LLMScalers of one watch.
+pub fn scalers(client: Client, namespace: Option<&str>) -> Api<LLMScaler> {
+    match namespace {
+        Some(ns) => Api::namespaced(client, ns),
+        None => Api::all(client),
+    }
+}
+
 /// The pieces shared with the rest of the process.
+#[derive(Clone)]
 pub struct Shared {
     pub cache: MetricCache,
     pub metrics: Metrics,
@@ -97,19 +134,29 @@ pub struct Shared {
     pub instance: Option<String>,
 }
 
-/// Runs the LLMScaler controller until `shutdown` fires.
+/// Runs the LLMScaler controller until `shutdown` fires: one controller per watched namespace
+/// (or one for all), each with its own caches, all sharing the metric cache and HTTP pool.
 pub async fn run(client: Client, scope: Scope, shared: Shared, shutdown: CancellationToken) {
-    let scalers = scope.scalers(client.clone());
+    let controllers = scope
+        .watches()
+        .into_iter()
+        .map(|namespace| run_one(client.clone(), namespace, shared.clone(), shutdown.clone()));
+    futures::future::join_all(controllers).await;
+}
+
+async fn run_one(
+    client: Client,
+    namespace: Option<String>,
+    shared: Shared,
+    shutdown: CancellationToken,
+) {
+    let scalers = scalers(client.clone(), namespace.as_deref());
     let reporter = Reporter {
         controller: "llmscaleoperator".to_owned(),
         instance: shared.instance,
     };
     let ctx = Arc::new(Context {
-        targets: targets::TargetWatches::new(
-            client.clone(),
-            scope.namespace.clone(),
-            shutdown.clone(),
-        ),
+        targets: targets::TargetWatches::new(client.clone(), namespace, shutdown.clone()),
         recorder: Recorder::new(client.clone(), reporter),
         http: shared.http,
         cache: shared.cache,
@@ -172,3 +219,21 @@ fn forget_scaler(ctx: &Context, scaler: &LLMScaler) {
 
 /// Upper bound on any single start-up call to the API server.
 pub(crate) const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scope_is_every_namespace_or_a_clean_list() {
+        assert_eq!(Scope::all().watches(), vec![None]);
+        assert_eq!(Scope::namespaces(Vec::new()), Scope::all());
+        let scope = Scope::namespaces(["b".into(), " a ".into(), "b".into(), String::new()]);
+        assert_eq!(
+            scope.watches(),
+            vec![Some("a".to_owned()), Some("b".to_owned())]
+        );
+        assert_eq!(scope.describe(), "a,b");
+        assert_eq!(Scope::all().describe(), "all namespaces");
+    }
+}

@@ -39,21 +39,30 @@ pub async fn preflight(client: &Client, url: &str, scope: &Scope) -> Result<(), 
         Ok(Err(error)) => return Err(unreachable(error.to_string())),
         Ok(Ok(_)) => {}
     }
-    let scalers = scope.scalers(client.clone());
-    let listed = tokio::time::timeout(
-        STARTUP_TIMEOUT,
-        scalers.list_metadata(&ListParams::default().limit(1)),
-    )
-    .await
-    .map_err(|_| unreachable(format!("no answer within {}s", STARTUP_TIMEOUT.as_secs())))?;
-    match listed {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Err(PreflightError::CrdMissing {
-            crd: LLMScaler::crd_name().to_owned(),
-        }),
-        Err(kube::Error::Api(status)) if status.code == 403 => Err(PreflightError::Forbidden {
-            reason: status.message.clone(),
-        }),
-        Err(error) => Err(PreflightError::List(error)),
+    // Every watch must be allowed: a Role missing in one namespace is a start-up error, not a
+    // namespace silently left alone.
+    for namespace in scope.watches() {
+        let scalers = super::scalers(client.clone(), namespace.as_deref());
+        let listed = tokio::time::timeout(
+            STARTUP_TIMEOUT,
+            scalers.list_metadata(&ListParams::default().limit(1)),
+        )
+        .await
+        .map_err(|_| unreachable(format!("no answer within {}s", STARTUP_TIMEOUT.as_secs())))?;
+        match listed {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                return Err(PreflightError::CrdMissing {
+                    crd: LLMScaler::crd_name().to_owned(),
+                });
+            }
+            Err(kube::Error::Api(status)) if status.code == 403 => {
+                return Err(PreflightError::Forbidden {
+                    reason: status.message.clone(),
+                });
+            }
+            Err(error) => return Err(PreflightError::List(error)),
+        }
     }
+    Ok(())
 }

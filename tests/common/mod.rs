@@ -158,7 +158,15 @@ pub struct Operator {
 
 impl Operator {
     pub fn start(client: &Client, namespace: &str) -> Self {
-        use llmscaleoperator::controller::{self, Scope, Shared};
+        Self::start_scoped(
+            client,
+            llmscaleoperator::controller::Scope::namespaces([namespace.to_owned()]),
+        )
+    }
+
+    /// The controller responsible for `scope`.
+    pub fn start_scoped(client: &Client, scope: llmscaleoperator::controller::Scope) -> Self {
+        use llmscaleoperator::controller::{self, Shared};
         let shutdown = tokio_util::sync::CancellationToken::new();
         let cache = llmscaleoperator::signals::cache::MetricCache::default();
         let metrics = llmscaleoperator::telemetry::metrics::Metrics::default();
@@ -166,10 +174,7 @@ impl Operator {
             cache: cache.clone(),
             metrics: metrics.clone(),
             http: llmscaleoperator::signals::http::client().unwrap(),
-            instance: Some(format!("test-{namespace}")),
-        };
-        let scope = Scope {
-            namespace: Some(namespace.to_owned()),
+            instance: Some(format!("test-{}", scope.describe())),
         };
         let task = tokio::spawn(controller::run(
             client.clone(),
