@@ -6,6 +6,7 @@
 pub mod api;
 pub mod controller;
 pub mod extmetrics;
+pub mod leader;
 pub mod scaling;
 pub mod signals;
 pub mod telemetry;

@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -14,6 +15,7 @@ use llmscaleoperator::controller::{self, PreflightError, Scope, Shared};
 use llmscaleoperator::extmetrics::certs::{self, Policy, Source};
 use llmscaleoperator::extmetrics::registration::Registrar;
 use llmscaleoperator::extmetrics::server::{ApiState, ServeError, serve, watch_request_header};
+use llmscaleoperator::leader::{self, Election, Leadership, LeaseConfig, Timing};
 use llmscaleoperator::signals::{self, cache::MetricCache, http::HttpError};
 use llmscaleoperator::telemetry::{self, Health, LogFormat, TelemetryError, metrics::Metrics};
 use llmscaleoperator::{api, tls};
@@ -146,6 +148,34 @@ struct RunArgs {
     #[arg(long, env = "LLMSCALER_REGISTER_APISERVICE")]
     register_apiservice: bool,
 
+    /// Run as one of several replicas: only the holder of a coordination.k8s.io Lease writes
+    /// (replicas, pod marks, status, events, the APIService caBundle); the others evaluate and
+    /// serve the external metrics API, ready to take over.
+    #[arg(long, env = "LLMSCALER_LEADER_ELECT")]
+    leader_elect: bool,
+
+    /// Name of the leader Lease.
+    #[arg(
+        long,
+        env = "LLMSCALER_LEADER_ELECT_LEASE",
+        default_value = "llmscaleoperator"
+    )]
+    leader_elect_lease: String,
+
+    /// Namespace of the leader Lease (default: $POD_NAMESPACE, else "default").
+    #[arg(long, env = "LLMSCALER_LEADER_ELECT_NAMESPACE")]
+    leader_elect_namespace: Option<String>,
+
+    /// Seconds a Lease not renewed stays valid: a standby takes over this long after the leader
+    /// stops renewing; the leader itself stops writing after two thirds of it.
+    #[arg(
+        long,
+        env = "LLMSCALER_LEADER_ELECT_LEASE_SECONDS",
+        default_value_t = 15,
+        value_parser = clap::value_parser!(u64).range(2..=300)
+    )]
+    leader_elect_lease_seconds: u64,
+
     /// CA bundle (PEM) for the APIService when --extmetrics-tls-cert-file is given.
     #[arg(long, env = "LLMSCALER_EXTMETRICS_TLS_CA_FILE", value_name = "PATH")]
     extmetrics_tls_ca_file: Option<PathBuf>,
@@ -228,11 +258,50 @@ async fn run_async(args: RunArgs) -> Result<(), MainError> {
     tokio::spawn(cancel_on_signal(shutdown.clone()));
 
     tracing::info!(health = %args.health_address, "operator running");
+    let election = args.leader_elect.then(|| {
+        let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
+            format!(
+                "{}-{}",
+                std::env::var("HOSTNAME").unwrap_or_else(|_| "llmscaleoperator".to_owned()),
+                std::process::id()
+            )
+        });
+        let config = LeaseConfig {
+            namespace: args
+                .leader_elect_namespace
+                .clone()
+                .or_else(|| std::env::var("POD_NAMESPACE").ok())
+                .unwrap_or_else(|| "default".to_owned()),
+            name: args.leader_elect_lease.clone(),
+            identity,
+            timing: Timing::for_lease(Duration::from_secs(args.leader_elect_lease_seconds)),
+        };
+        tracing::info!(lease = %config.name, namespace = %config.namespace, identity = %config.identity, "campaigning for leadership");
+        let gauge = metrics.leader.clone();
+        leader::start(client.clone(), config, move |leading| {
+            gauge.set(i64::from(leading));
+        })
+    });
+    let leadership = election
+        .as_ref()
+        .map_or_else(Leadership::always, Election::leadership);
+    if election.is_none() {
+        metrics.leader.set(1);
+    }
     let cache = MetricCache::default();
     let extmetrics = if args.disable_extmetrics {
         None
     } else {
-        Some(start_extmetrics(&args, client.clone(), cache.clone(), shutdown.clone()).await?)
+        Some(
+            start_extmetrics(
+                &args,
+                client.clone(),
+                cache.clone(),
+                leadership.clone(),
+                shutdown.clone(),
+            )
+            .await?,
+        )
     };
     // Ready once the external metrics API is up (and registered, when asked).
     health.set_ready(true);
@@ -241,9 +310,14 @@ async fn run_async(args: RunArgs) -> Result<(), MainError> {
         metrics,
         http: signals::http::client()?,
         instance: std::env::var("POD_NAME").ok(),
+        leadership,
     };
     controller::run(client, scope, shared, shutdown.clone()).await;
     shutdown.cancel();
+    // Syncs in flight have finished: hand the Lease over so a standby need not wait it out.
+    if let Some(election) = election {
+        election.release().await;
+    }
     if let Ok(Err(error)) = health_server.await {
         tracing::warn!(%error, "health server stopped with an error");
     }
@@ -262,6 +336,7 @@ async fn start_extmetrics(
     args: &RunArgs,
     client: Client,
     cache: MetricCache,
+    leadership: Leadership,
     shutdown: CancellationToken,
 ) -> Result<tokio::task::JoinHandle<Result<(), ServeError>>, MainError> {
     let namespace = args
@@ -326,7 +401,7 @@ async fn start_extmetrics(
             service,
             port: args.extmetrics_service_port,
         };
-        registrar.keep_registered(certificates).await;
+        registrar.keep_registered(certificates, leadership).await;
     }
     Ok(server)
 }

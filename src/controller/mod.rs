@@ -34,6 +34,8 @@ pub struct Context {
     pub cache: MetricCache,
     pub recorder: Recorder,
     pub metrics: Metrics,
+    /// Only the leader writes; the others evaluate and keep the metric cache current.
+    pub leadership: crate::leader::Leadership,
     /// (topic, scaler uid) pairs already told once.
     told: std::sync::Mutex<std::collections::HashSet<(&'static str, String)>>,
     /// Scaler uids known to have left no deletion-cost marks behind. Unknown (e.g. after a
@@ -132,6 +134,8 @@ pub struct Shared {
     pub http: reqwest::Client,
     /// Reported as the instance of every event (the pod name in a cluster).
     pub instance: Option<String>,
+    /// Whether this replica may write (always, without leader election).
+    pub leadership: crate::leader::Leadership,
 }
 
 /// Runs the LLMScaler controller until `shutdown` fires: one controller per watched namespace
@@ -161,6 +165,7 @@ async fn run_one(
         http: shared.http,
         cache: shared.cache,
         metrics: shared.metrics,
+        leadership: shared.leadership,
         told: Default::default(),
         unmarked: Default::default(),
         client,

@@ -66,15 +66,19 @@ pub async fn reconcile(
                 target: &target,
                 wrote,
             };
-            write_status(&ctx, &scaler, &outcome, now).await?;
-            let mut notes = act_notes;
-            notes.extend(events::decision_notes(
-                &scaler,
-                &decision,
-                &target,
-                is_dry_run(&scaler),
-            ));
-            events::publish(&ctx.recorder, &scaler, &notes).await;
+            // A standby keeps its cache (and so the external metrics it serves) current, and
+            // leaves status and events to the leader.
+            if ctx.leadership.may_write() {
+                write_status(&ctx, &scaler, &outcome, now).await?;
+                let mut notes = act_notes;
+                notes.extend(events::decision_notes(
+                    &scaler,
+                    &decision,
+                    &target,
+                    is_dry_run(&scaler),
+                ));
+                publish(&ctx, &scaler, &notes).await;
+            }
             record(&ctx, &scaler, &namespace, &decision, &target, now);
             let result = sync_result(&decision, wrote);
             (
@@ -88,13 +92,15 @@ pub async fn reconcile(
                 reason: failure.reason,
                 message: failure.message.clone(),
             };
-            write_status(&ctx, &scaler, &outcome, now).await?;
-            let note = Note {
-                warning: true,
-                reason: failure.reason,
-                message: failure.message,
-            };
-            events::publish(&ctx.recorder, &scaler, &[note]).await;
+            if ctx.leadership.may_write() {
+                write_status(&ctx, &scaler, &outcome, now).await?;
+                let note = Note {
+                    warning: true,
+                    reason: failure.reason,
+                    message: failure.message,
+                };
+                publish(&ctx, &scaler, &[note]).await;
+            }
             (
                 "failed",
                 Action::requeue(period(scaler.spec.retry_period_seconds)),
@@ -111,7 +117,7 @@ pub async fn reconcile(
             reason: "DeletionCostQueryIgnored",
             message: "scaleDown.deletionCostQuery is PromQL and is ignored under the Custom provider; the newest pods are removed first".to_owned(),
         };
-        events::publish(&ctx.recorder, &scaler, &[note]).await;
+        publish(&ctx, &scaler, &[note]).await;
     }
     if scaler.spec.preemption.is_some() {
         let note = Note {
@@ -119,7 +125,7 @@ pub async fn reconcile(
             reason: "PreemptionIgnored",
             message: "spec.preemption is accepted but has no effect yet".to_owned(),
         };
-        events::publish(&ctx.recorder, &scaler, &[note]).await;
+        publish(&ctx, &scaler, &[note]).await;
     }
     ctx.metrics
         .syncs
@@ -201,8 +207,9 @@ async fn sync(
     };
     let decision = decide(&input);
 
-    if is_dry_run(scaler) {
-        // Everything is evaluated and published; nothing is written to the target or its pods.
+    if is_dry_run(scaler) || !ctx.leadership.may_write() {
+        // Everything is evaluated and published; nothing is written to the target or its pods
+        // (a dry run by request, a standby because only the leader writes).
         return Ok(Synced {
             decision,
             target: observed,
@@ -214,7 +221,8 @@ async fn sync(
     let notes = victims::for_sync(scaler, ctx, namespace, &object, removed).await;
 
     let mut wrote = false;
-    if let Some(replicas) = decision.write {
+    // Asked again just before the write: leadership can end while the signal is read.
+    if let Some(replicas) = decision.write.filter(|_| ctx.leadership.may_write()) {
         scale::write_replicas(
             &ctx.client,
             &resource,
@@ -243,6 +251,13 @@ async fn sync(
         wrote,
         notes,
     })
+}
+
+/// Events go out only while this replica leads.
+async fn publish(ctx: &Context, scaler: &LLMScaler, notes: &[Note]) {
+    if ctx.leadership.may_write() {
+        events::publish(&ctx.recorder, scaler, notes).await;
+    }
 }
 
 /// The annotation that turns a scaler into an observer: it decides and reports, and writes nothing.

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 
 use super::certs::Material;
 use super::server::{GROUP, VERSION};
+use crate::leader::Leadership;
 
 pub const APISERVICE: &str = "v1beta1.external.metrics.k8s.io";
 /// The label that makes an APIService ours: set on the ones the operator creates, and by the
@@ -106,15 +107,29 @@ pub struct Registrar {
 }
 
 impl Registrar {
-    /// Registers once (before the operator reports ready), then again whenever the CA bundle of
-    /// the serving certificate changes.
-    pub async fn keep_registered(self, mut certificates: watch::Receiver<Material>) {
-        let first = certificates.borrow_and_update().ca_bundle.clone();
-        self.register(first.as_deref()).await;
+    /// Registers once (before the operator reports ready, when it leads), then again whenever
+    /// the CA bundle of the serving certificate changes or this replica becomes the leader.
+    /// Only the leader writes the APIService.
+    pub async fn keep_registered(
+        self,
+        mut certificates: watch::Receiver<Material>,
+        leadership: Leadership,
+    ) {
+        let mut leading = leadership.changes();
+        if leadership.may_write() {
+            let first = certificates.borrow_and_update().ca_bundle.clone();
+            self.register(first.as_deref()).await;
+        }
         tokio::spawn(async move {
-            while certificates.changed().await.is_ok() {
-                let bundle = certificates.borrow_and_update().ca_bundle.clone();
-                self.register(bundle.as_deref()).await;
+            loop {
+                tokio::select! {
+                    changed = certificates.changed() => if changed.is_err() { return },
+                    changed = leading.changed() => if changed.is_err() { return },
+                }
+                if leadership.may_write() {
+                    let bundle = certificates.borrow_and_update().ca_bundle.clone();
+                    self.register(bundle.as_deref()).await;
+                }
             }
         });
     }

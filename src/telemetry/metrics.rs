@@ -54,6 +54,8 @@ pub struct Metrics {
     pub desired_replicas: Family<ScalerLabels, Gauge>,
     pub current_replicas: Family<ScalerLabels, Gauge>,
     pub scale_events: Family<ScaleLabels, Counter>,
+    /// 1 while this replica may write (always 1 without leader election).
+    pub leader: Gauge,
 }
 
 impl Default for Metrics {
@@ -72,6 +74,12 @@ impl Default for Metrics {
         let desired_replicas = Family::<ScalerLabels, Gauge>::default();
         let current_replicas = Family::<ScalerLabels, Gauge>::default();
         let scale_events = Family::<ScaleLabels, Counter>::default();
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this replica holds the leader Lease (or runs without election)",
+            leader.clone(),
+        );
         registry.register("syncs", "Syncs by outcome", syncs.clone());
         registry.register(
             "sync_duration_seconds",
@@ -112,6 +120,7 @@ impl Default for Metrics {
             desired_replicas,
             current_replicas,
             scale_events,
+            leader,
         }
     }
 }

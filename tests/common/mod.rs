@@ -175,6 +175,7 @@ impl Operator {
             metrics: metrics.clone(),
             http: llmscaleoperator::signals::http::client().unwrap(),
             instance: Some(format!("test-{}", scope.describe())),
+            leadership: llmscaleoperator::leader::Leadership::always(),
         };
         let task = tokio::spawn(controller::run(
             client.clone(),

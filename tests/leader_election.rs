@@ -1,0 +1,243 @@
+//! Several replicas, one writer: the holder of the Lease scales, the standby evaluates and serves
+//! the external metrics API with current values, and takes over within the lease duration when
+//! the holder dies, or at once when it stops gracefully.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::env::{Env, WAIT};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams};
+use serde_json::json;
+
+struct Replica {
+    name: &'static str,
+    child: Child,
+    metrics_port: u16,
+    api_port: u16,
+}
+
+fn spawn(env: &Env, name: &'static str, lease_seconds: u64) -> Replica {
+    let kubeconfig = common::kubeconfig_path();
+    let (metrics_port, api_port) = (common::free_port(), common::free_port());
+    let child = Command::new(env!("CARGO_BIN_EXE_llmscaleoperator"))
+        .args(["run", "--kubeconfig", kubeconfig.to_str().unwrap()])
+        .args([
+            "--namespace",
+            &env.ns,
+            "--extmetrics-service-namespace",
+            &env.ns,
+        ])
+        .args(["--health-address", &format!("127.0.0.1:{metrics_port}")])
+        .args(["--extmetrics-address", &format!("127.0.0.1:{api_port}")])
+        .args(["--extmetrics-tls-secret", "serving"])
+        .args(["--leader-elect", "--leader-elect-namespace", &env.ns])
+        .args(["--leader-elect-lease-seconds", &lease_seconds.to_string()])
+        .env("POD_NAME", name)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    Replica {
+        name,
+        child,
+        metrics_port,
+        api_port,
+    }
+}
+
+async fn holder(env: &Env) -> Option<String> {
+    let leases: Api<Lease> = Api::namespaced(env.client.clone(), &env.ns);
+    leases
+        .get_opt("llmscaleoperator")
+        .await
+        .ok()??
+        .spec?
+        .holder_identity
+        .filter(|h| !h.is_empty())
+}
+
+/// llmscaler_leader as a replica reports it.
+async fn says_leader(replica: &Replica) -> Option<bool> {
+    let text = reqwest::get(format!("http://127.0.0.1:{}/metrics", replica.metrics_port))
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    let line = text.lines().find(|l| l.starts_with("llmscaler_leader "))?;
+    Some(line.ends_with(" 1"))
+}
+
+/// The `load` metric of scaler `vllm` as a replica's external metrics API serves it, read with
+/// the aggregator's front-proxy certificate.
+async fn served_value(env: &Env, replica: &Replica) -> Option<String> {
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), &env.ns);
+    let ca = secrets
+        .get("serving")
+        .await
+        .ok()?
+        .data?
+        .get("ca.crt")?
+        .0
+        .clone();
+    let pki = common::kubeconfig_path().parent().unwrap().join("pki");
+    let mut pem = std::fs::read(pki.join("front-proxy-client.crt")).unwrap();
+    pem.extend(std::fs::read(pki.join("front-proxy-client.key")).unwrap());
+    let client = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(&ca).ok()?])
+        .identity(reqwest::Identity::from_pem(&pem).unwrap())
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let answer: serde_json::Value = client
+        .get(format!(
+            "https://localhost:{}/apis/external.metrics.k8s.io/v1beta1/namespaces/{}/load?labelSelector=llmscaler%3Dvllm",
+            replica.api_port, env.ns
+        ))
+        .header("X-Remote-User", "test")
+        .header("X-Remote-Group", "system:masters")
+        .send()
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()?;
+    answer["items"][0]["value"].as_str().map(str::to_owned)
+}
+
+/// Who reported the scaler's events.
+async fn reporters(env: &Env) -> Vec<String> {
+    let events: Api<Event> = Api::namespaced(env.client.clone(), &env.ns);
+    events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("vllm"))
+        .filter_map(|e| e.reporting_instance)
+        .collect()
+}
+
+/// `load` is per replica with a target of 1: any value above 1 grows the fleet to `max`.
+async fn scaler(env: &Env, max: i32) {
+    env.scaler(
+        "vllm",
+        "vllm",
+        json!({
+            "minReplicas": 1, "maxReplicas": max,
+            "metrics": [{ "name": "load", "query": env.query("load"), "target": "1" }]
+        }),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn one_leader_writes_and_a_standby_takes_over_when_it_dies() {
+    let env = Env::new("leader").await;
+    env.deployment("vllm", 1).await;
+    env.set("load", 2.0).await;
+    scaler(&env, 2).await;
+    let lease = Duration::from_secs(3);
+    let mut replicas = vec![spawn(&env, "op-a", 3), spawn(&env, "op-b", 3)];
+
+    let leader = common::eventually("a leader", WAIT, || holder(&env)).await;
+    env.wait_ready("vllm", 2).await;
+    let (leader_index, standby_index) = if leader == "op-a" { (0, 1) } else { (1, 0) };
+    let standby_name = replicas[standby_index].name;
+    assert_eq!(says_leader(&replicas[leader_index]).await, Some(true));
+    assert_eq!(says_leader(&replicas[standby_index]).await, Some(false));
+
+    // The standby evaluates too: its external metrics API follows the signal.
+    env.set("load", 3.0).await;
+    common::eventually("the standby to serve the current value", WAIT, || async {
+        (served_value(&env, &replicas[standby_index])
+            .await
+            .as_deref()
+            == Some("3"))
+        .then_some(())
+    })
+    .await;
+    let before = reporters(&env).await;
+    assert!(!before.is_empty());
+    assert!(
+        before.iter().all(|r| *r == leader),
+        "only the leader reports: {before:?}"
+    );
+
+    // The leader dies without a word. The standby takes over within the lease duration (plus
+    // one look at the Lease), and at no moment do both say they lead.
+    replicas[leader_index].child.kill().unwrap();
+    let killed = Instant::now();
+    loop {
+        let standby_leads = says_leader(&replicas[standby_index]).await == Some(true);
+        if holder(&env).await.as_deref() == Some(standby_name) && standby_leads {
+            break;
+        }
+        assert!(killed.elapsed() < Duration::from_secs(20), "no takeover");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let took = killed.elapsed();
+    assert!(
+        took >= lease - Duration::from_millis(500) && took < lease + Duration::from_secs(2),
+        "took over after {took:?} with a {lease:?} lease"
+    );
+    replicas[leader_index].child.wait().unwrap();
+
+    // The new leader writes.
+    let more = json!({ "spec": { "maxReplicas": 4 } });
+    env.scalers()
+        .patch(
+            "vllm",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(more),
+        )
+        .await
+        .unwrap();
+    env.wait_ready("vllm", 4).await;
+    let after = reporters(&env).await;
+    assert!(after.iter().any(|r| r == standby_name), "{after:?}");
+    for mut replica in replicas.into_iter().filter(|r| r.name == standby_name) {
+        assert!(common::interrupt(&mut replica.child, WAIT).await.success());
+    }
+    env.done().await;
+}
+
+#[tokio::test]
+async fn a_graceful_stop_hands_the_lease_over_at_once() {
+    let env = Env::new("leader-handover").await;
+    env.deployment("vllm", 1).await;
+    env.set("load", 1.0).await;
+    scaler(&env, 2).await;
+    // A long lease: a handover faster than it shows the Lease was released, not waited out.
+    let mut replicas = [spawn(&env, "op-a", 30), spawn(&env, "op-b", 30)];
+    let leader = common::eventually("a leader", WAIT, || holder(&env)).await;
+    let (leader_index, standby_index) = if leader == "op-a" { (0, 1) } else { (1, 0) };
+    let standby_name = replicas[standby_index].name;
+
+    let stopped = Instant::now();
+    let status = common::interrupt(&mut replicas[leader_index].child, WAIT).await;
+    assert!(status.success(), "{status:?}");
+    common::eventually("the standby to take the released Lease", WAIT, || async {
+        (holder(&env).await.as_deref() == Some(standby_name)).then_some(())
+    })
+    .await;
+    let took = stopped.elapsed();
+    assert!(took < Duration::from_secs(15), "handover took {took:?}");
+    env.set("load", 2.0).await;
+    env.wait_ready("vllm", 2).await;
+    assert!(
+        common::interrupt(&mut replicas[standby_index].child, WAIT)
+            .await
+            .success()
+    );
+    env.done().await;
+}
