@@ -86,6 +86,7 @@ const TOGGLES: &[&[&str]] = &[
         "externalMetrics.certificate.certManagerInjectFrom=ops/extmetrics",
     ],
     &["metrics.serviceMonitor.enabled=true"],
+    &["leaderElection.enabled=false", "manager.replicas=1"],
     &["networkPolicy.enabled=true"],
     &[
         "manager.image.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
@@ -120,6 +121,8 @@ fn the_defaults_install_the_whole_operator() {
         "ClusterRole/t-llmscaleoperator",
         "ClusterRoleBinding/t-llmscaleoperator",
         "Role/t-llmscaleoperator-certificate",
+        "Role/t-llmscaleoperator-leader",
+        "RoleBinding/t-llmscaleoperator-leader",
         "RoleBinding/t-llmscaleoperator-certificate",
         "ClusterRoleBinding/t-llmscaleoperator-auth-delegator",
         "RoleBinding/t-llmscaleoperator-auth-reader",
@@ -187,7 +190,14 @@ fn the_defaults_install_the_whole_operator() {
     // The operator keeps its certificate in a Secret, registers the chart's APIService and
     // points it at the chart's Service.
     let args = args(&objects);
+    assert_eq!(
+        deployment["spec"]["replicas"], 2,
+        "two replicas, one leader"
+    );
     for flag in [
+        "--leader-elect",
+        "--leader-elect-lease=t-llmscaleoperator",
+        "--leader-elect-lease-seconds=15",
         "--extmetrics-tls-secret=t-llmscaleoperator-extmetrics-tls",
         "--register-apiservice",
         "--extmetrics-service=t-llmscaleoperator",
@@ -477,7 +487,7 @@ async fn helm_install_is_accepted_by_the_real_apiserver() {
         .await
         .unwrap();
     let spec = deployment.spec.unwrap();
-    assert_eq!(spec.replicas, Some(1));
+    assert_eq!(spec.replicas, Some(2));
     assert_eq!(
         spec.template.spec.unwrap().containers[0].image.as_deref(),
         Some(image),

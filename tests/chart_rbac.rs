@@ -237,6 +237,7 @@ const SCENARIOS: &[&str] = &[
     "writes the caBundle of the chart's APIService",
     "answers a ServiceAccount token (TokenReview, SubjectAccessReview)",
     "answers the aggregator's front-proxy certificate",
+    "holds the leader Lease",
 ];
 
 struct World<'a> {
@@ -299,6 +300,17 @@ impl World<'_> {
                 pem.extend(std::fs::read(pki.join("front-proxy-client.key")).unwrap());
                 let identity = reqwest::Identity::from_pem(&pem).unwrap();
                 self.read_metric(Some(identity), None).await
+            }
+            "holds the leader Lease" => {
+                let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+                    Api::namespaced(client.clone(), ns);
+                leases
+                    .get_opt(&self.fullname)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|l| l.spec?.holder_identity)
+                    .is_some_and(|h| !h.is_empty())
             }
             other => panic!("unknown scenario {other}"),
         }

@@ -121,10 +121,16 @@ impl Registrar {
             self.register(first.as_deref()).await;
         }
         tokio::spawn(async move {
+            // Without an election the leadership channel is closed from the start: it then
+            // simply stops counting as a reason to wake up.
+            let mut election = true;
             loop {
                 tokio::select! {
                     changed = certificates.changed() => if changed.is_err() { return },
-                    changed = leading.changed() => if changed.is_err() { return },
+                    changed = leading.changed(), if election => if changed.is_err() {
+                        election = false;
+                        continue;
+                    },
                 }
                 if leadership.may_write() {
                     let bundle = certificates.borrow_and_update().ca_bundle.clone();
