@@ -12,22 +12,13 @@ use serde_json::Value;
 
 const CHART: &str = "chart";
 
-fn helm(args: &[&str]) -> std::process::Output {
-    let helm = common::repo_root().join("target/cluster/bin/helm");
-    Command::new(&helm)
-        .args(args)
-        .current_dir(common::repo_root())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {} ({e}); `make test` builds it", helm.display()))
-}
-
 /// `helm template` with `--set` values: the rendered objects, or helm's error.
 fn render(sets: &[&str]) -> Result<Vec<Value>, String> {
     let mut args = vec!["template", "t", CHART, "--namespace", "ops"];
     for set in sets {
         args.extend(["--set", set]);
     }
-    let out = helm(&args);
+    let out = common::helm(&args);
     if !out.status.success() {
         return Err(String::from_utf8_lossy(&out.stderr).into_owned());
     }
@@ -100,7 +91,7 @@ fn the_chart_lints_strictly_with_every_toggle() {
         for set in *sets {
             args.extend(["--set", set]);
         }
-        let out = helm(&args);
+        let out = common::helm(&args);
         assert!(
             out.status.success(),
             "helm lint --strict {sets:?}: {}{}",
@@ -513,7 +504,7 @@ async fn helm_install_is_accepted_by_the_real_apiserver() {
         Some(ns.as_str())
     );
 
-    let out = helm(&[
+    let out = common::helm(&[
         "uninstall",
         "chart-it",
         "--namespace",
@@ -563,7 +554,7 @@ fn the_plain_apiservice_manifests_match_the_chart() {
         "templates/service.yaml",
     ]);
     args.extend(["--show-only", "templates/rbac.yaml"]);
-    let out = helm(&args);
+    let out = common::helm(&args);
     assert!(
         out.status.success(),
         "{}",

@@ -438,22 +438,7 @@ async fn prepare(env: &mut Env, fullname: &str) -> String {
 
     // The chart's APIService, as `helm install` leaves it: ours by label, no caBundle yet.
     let apiservices: Api<APIService> = Api::all(env.client.clone());
-    let _ = apiservices
-        .delete(APISERVICE, &DeleteParams::default())
-        .await;
-    common::eventually(
-        "the previous APIService to go",
-        common::env::WAIT,
-        || async {
-            apiservices
-                .get_opt(APISERVICE)
-                .await
-                .ok()?
-                .is_none()
-                .then_some(())
-        },
-    )
-    .await;
+    common::remove_apiservice(&apiservices).await;
     let apiservice: APIService = serde_json::from_value(json!({
         "metadata": { "name": APISERVICE,
                       "labels": { "autoscaling.modelsphere.dev/apiservice-owner": "llmscaleoperator" } },

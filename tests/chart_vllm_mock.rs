@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -14,21 +13,12 @@ use llmscaleoperator::api::LLMScaler;
 
 const CHART: &str = "tests/charts/vllm-mock";
 
-fn helm(args: &[&str]) -> std::process::Output {
-    let helm = common::repo_root().join("target/cluster/bin/helm");
-    Command::new(&helm)
-        .args(args)
-        .current_dir(common::repo_root())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {} ({e}); `make test` builds it", helm.display()))
-}
-
 fn template(sets: &[&str]) -> Result<String, String> {
     let mut args = vec!["template", "t", CHART, "--namespace", "ml"];
     for set in sets {
         args.extend(["--set", set]);
     }
-    let out = helm(&args);
+    let out = common::helm(&args);
     if out.status.success() {
         Ok(String::from_utf8(out.stdout).unwrap())
     } else {
@@ -38,7 +28,7 @@ fn template(sets: &[&str]) -> Result<String, String> {
 
 #[test]
 fn the_chart_lints() {
-    let out = helm(&["lint", CHART]);
+    let out = common::helm(&["lint", CHART]);
     assert!(
         out.status.success(),
         "{}",

@@ -24,22 +24,6 @@ const APISERVICE: &str = "v1beta1.external.metrics.k8s.io";
 /// The APIService is cluster-wide: the tests that change it take turns.
 static APISERVICE_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Deletes the group's APIService, whoever made it, and waits until it is gone.
-async fn remove_apiservice(apiservices: &Api<APIService>) {
-    let _ = apiservices
-        .delete(APISERVICE, &DeleteParams::default())
-        .await;
-    common::eventually("no APIService for the group", WAIT, || async {
-        apiservices
-            .get_opt(APISERVICE)
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
-}
-
 /// The operator binary, scoped to the test's namespace, serving the API on `port` behind the
 /// Service `llmscaleoperator` there, and asked to register it.
 fn spawn_registering_operator(
@@ -83,21 +67,13 @@ async fn kubectl_get_raw_returns_what_the_controller_measured() {
     let _turn = APISERVICE_LOCK.lock().await;
     let env = Env::new("aggregator").await;
     let apiservices: Api<APIService> = Api::all(env.client.clone());
-    remove_apiservice(&apiservices).await;
+    common::remove_apiservice(&apiservices).await;
     env.deployment("vllm", 1).await;
     env.set("kv", 0.5).await;
 
     let port = common::free_port();
     let health = common::free_port();
-    let service: Service = serde_json::from_value(json!({
-        "metadata": { "name": "llmscaleoperator" },
-        "spec": { "type": "ExternalName", "externalName": "localhost", "ports": [{ "name": "https", "port": port }] }
-    }))
-    .unwrap();
-    Api::<Service>::namespaced(env.client.clone(), &env.ns)
-        .create(&PostParams::default(), &service)
-        .await
-        .unwrap();
+    external_name_service(&env, port).await;
 
     let mut operator = spawn_registering_operator(&env, health, port, &[]);
     env.scaler(
@@ -110,16 +86,7 @@ async fn kubectl_get_raw_returns_what_the_controller_measured() {
     )
     .await;
 
-    common::eventually("the APIService to be Available", WAIT, || async {
-        let apiservice = apiservices.get(APISERVICE).await.ok()?;
-        let available = apiservice
-            .status?
-            .conditions?
-            .into_iter()
-            .find(|c| c.type_ == "Available")?;
-        (available.status == "True").then_some(())
-    })
-    .await;
+    wait_available(&apiservices).await;
     let path = format!(
         "/apis/external.metrics.k8s.io/v1beta1/namespaces/{}/kv?labelSelector=llmscaler%3Dagg",
         env.ns
@@ -215,7 +182,7 @@ async fn an_apiservice_held_by_someone_else_is_left_alone() {
     use kube::api::{Patch, PatchParams};
     let env = Env::without_prometheus("foreign-apiservice").await;
     let apiservices: Api<APIService> = Api::all(env.client.clone());
-    remove_apiservice(&apiservices).await;
+    common::remove_apiservice(&apiservices).await;
     // Another adapter (KEDA, prometheus-adapter) got there first.
     let foreign = json!({
         "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
@@ -278,6 +245,20 @@ async fn an_apiservice_held_by_someone_else_is_left_alone() {
     env.done().await;
 }
 
+/// The Service `llmscaleoperator` in the test namespace: an ExternalName to localhost, so the
+/// aggregator (routing off) reaches the operator listening on `port` there.
+async fn external_name_service(env: &Env, port: u16) {
+    let service: Service = serde_json::from_value(json!({
+        "metadata": { "name": "llmscaleoperator" },
+        "spec": { "type": "ExternalName", "externalName": "localhost", "ports": [{ "name": "https", "port": port }] }
+    }))
+    .unwrap();
+    Api::<Service>::namespaced(env.client.clone(), &env.ns)
+        .create(&PostParams::default(), &service)
+        .await
+        .unwrap();
+}
+
 /// Waits until the APIService reports Available=True.
 async fn wait_available(apiservices: &Api<APIService>) {
     common::eventually("the APIService to be Available", WAIT, || async {
@@ -298,17 +279,9 @@ async fn a_new_ca_reaches_the_apiservice_and_the_aggregator_keeps_trusting_the_o
     let env = Env::without_prometheus("aggregator-ca").await;
     let apiservices: Api<APIService> = Api::all(env.client.clone());
     let secrets: Api<Secret> = Api::namespaced(env.client.clone(), &env.ns);
-    remove_apiservice(&apiservices).await;
+    common::remove_apiservice(&apiservices).await;
     let port = common::free_port();
-    let service: Service = serde_json::from_value(json!({
-        "metadata": { "name": "llmscaleoperator" },
-        "spec": { "type": "ExternalName", "externalName": "localhost", "ports": [{ "name": "https", "port": port }] }
-    }))
-    .unwrap();
-    Api::<Service>::namespaced(env.client.clone(), &env.ns)
-        .create(&PostParams::default(), &service)
-        .await
-        .unwrap();
+    external_name_service(&env, port).await;
     let mut operator = spawn_registering_operator(
         &env,
         common::free_port(),
@@ -363,6 +336,6 @@ async fn a_new_ca_reaches_the_apiservice_and_the_aggregator_keeps_trusting_the_o
     assert!(operator.try_wait().unwrap().is_none(), "no restart");
 
     common::interrupt(&mut operator, Duration::from_secs(20)).await;
-    remove_apiservice(&apiservices).await;
+    common::remove_apiservice(&apiservices).await;
     env.done().await;
 }

@@ -324,3 +324,32 @@ pub async fn grant_metrics(client: &Client, ns: &str, sa: &str) {
         .await
         .unwrap();
 }
+
+/// Deletes the external.metrics.k8s.io APIService, whoever made it, and waits until it is gone.
+pub async fn remove_apiservice(
+    apiservices: &Api<k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService>,
+) {
+    const APISERVICE: &str = "v1beta1.external.metrics.k8s.io";
+    let _ = apiservices
+        .delete(APISERVICE, &DeleteParams::default())
+        .await;
+    eventually("no APIService for the group", env::WAIT, || async {
+        apiservices
+            .get_opt(APISERVICE)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+}
+
+/// Runs the helm the local control plane's build made, from the repository root.
+pub fn helm(args: &[&str]) -> std::process::Output {
+    let helm = repo_root().join("target/cluster/bin/helm");
+    std::process::Command::new(&helm)
+        .args(args)
+        .current_dir(repo_root())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {} ({e}); `make test` builds it", helm.display()))
+}
