@@ -119,6 +119,7 @@ fn the_defaults_install_the_whole_operator() {
         "RoleBinding/t-llmscaleoperator-auth-reader",
         "ClusterRole/t-llmscaleoperator-apiservice",
         "Deployment/t-llmscaleoperator",
+        "PodDisruptionBudget/t-llmscaleoperator",
         "Service/t-llmscaleoperator",
         "APIService/v1beta1.external.metrics.k8s.io",
     ] {
