@@ -20,6 +20,8 @@ COPY src ./src
 COPY benches ./benches
 COPY examples ./examples
 COPY tests ./tests
+# The workspace's other member must be present for Cargo to read the manifest.
+COPY sim ./sim
 # The same release build CI runs, for this platform's musl target.
 RUN cargo build --release --locked --bin llmscaleoperator --target "$(uname -m)-unknown-linux-musl" \
  && cp "target/$(uname -m)-unknown-linux-musl/release/llmscaleoperator" /llmscaleoperator

@@ -7,7 +7,7 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::env::Env;
@@ -488,7 +488,7 @@ async fn run(
     token_kubeconfig(&kubeconfig, &token);
 
     let port = common::free_port();
-    let mut operator: Child = Command::new(env!("CARGO_BIN_EXE_llmscaleoperator"))
+    let operator = Command::new(env!("CARGO_BIN_EXE_llmscaleoperator"))
         .args(chart_args(&rendered, &fullname))
         .args([
             "--kubeconfig",
@@ -507,6 +507,7 @@ async fn run(
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let mut operator = common::Spawned::new(operator);
     let world = World {
         env,
         fullname: fullname.clone(),

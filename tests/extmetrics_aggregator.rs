@@ -31,9 +31,9 @@ fn spawn_registering_operator(
     health: u16,
     port: u16,
     extra: &[&str],
-) -> std::process::Child {
+) -> common::Spawned {
     let kubeconfig = common::kubeconfig_path();
-    Command::new(env!("CARGO_BIN_EXE_llmscaleoperator"))
+    let child = Command::new(env!("CARGO_BIN_EXE_llmscaleoperator"))
         .args([
             "run",
             "--kubeconfig",
@@ -59,7 +59,8 @@ fn spawn_registering_operator(
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap()
+        .unwrap();
+    common::Spawned::new(child)
 }
 
 #[tokio::test]

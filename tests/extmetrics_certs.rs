@@ -7,7 +7,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,9 +25,9 @@ const DAY: Duration = Duration::from_secs(86_400);
 
 /// The operator binary scoped to the namespace, serving on `port` with the given certificate
 /// options.
-fn spawn(env: &Env, port: u16, certificate: &[&str], stderr: Stdio) -> Child {
+fn spawn(env: &Env, port: u16, certificate: &[&str], stderr: Stdio) -> common::Spawned {
     let kubeconfig = common::kubeconfig_path();
-    Command::new(env!("CARGO_BIN_EXE_llmscaleoperator"))
+    let child = Command::new(env!("CARGO_BIN_EXE_llmscaleoperator"))
         .args(["run", "--kubeconfig", kubeconfig.to_str().unwrap()])
         .args(["--namespace", &env.ns])
         .args([
@@ -41,7 +41,8 @@ fn spawn(env: &Env, port: u16, certificate: &[&str], stderr: Stdio) -> Child {
         .stdout(Stdio::null())
         .stderr(stderr)
         .spawn()
-        .unwrap()
+        .unwrap();
+    common::Spawned::new(child)
 }
 
 /// The leaf certificate a server presents in a TLS handshake for `localhost`, verified against
@@ -126,7 +127,7 @@ async fn all_serve_the_secret(
     .await
 }
 
-fn still_running(children: &mut [Child]) {
+fn still_running(children: &mut [common::Spawned]) {
     for child in children {
         assert!(
             child.try_wait().unwrap().is_none(),
@@ -141,7 +142,7 @@ async fn replicas_share_one_certificate_and_renew_it_without_a_restart() {
     let env = Env::without_prometheus("certs").await;
     let secrets: Api<Secret> = Api::namespaced(env.client.clone(), &env.ns);
     let ports = [common::free_port(), common::free_port()];
-    let mut replicas: Vec<Child> = ports
+    let mut replicas: Vec<common::Spawned> = ports
         .iter()
         .map(|port| {
             spawn(
@@ -344,6 +345,7 @@ async fn a_foreign_secret_under_the_managed_name_stops_start_up_and_is_left_alon
         &["--extmetrics-tls-secret", MANAGED],
         Stdio::piped(),
     );
+    let child = child.into_inner();
     let output = tokio::task::spawn_blocking(move || child.wait_with_output())
         .await
         .unwrap()

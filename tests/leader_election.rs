@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::env::{Env, WAIT};
@@ -18,7 +18,7 @@ use serde_json::json;
 
 struct Replica {
     name: &'static str,
-    child: Child,
+    child: common::Spawned,
     metrics_port: u16,
     api_port: u16,
 }
@@ -47,7 +47,7 @@ fn spawn(env: &Env, name: &'static str, lease_seconds: u64) -> Replica {
         .unwrap();
     Replica {
         name,
-        child,
+        child: common::Spawned::new(child),
         metrics_port,
         api_port,
     }

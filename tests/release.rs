@@ -102,9 +102,40 @@ fn the_dockerfile_builds_the_locked_release_as_nonroot_on_overridable_bases() {
             );
         }
     }
+    // Cargo reads the whole workspace: every member has to be in the build context.
+    let manifest: toml_members::Members =
+        toml_members::read(&common::repo_root().join("Cargo.toml"));
+    for member in manifest.0 {
+        assert!(
+            dockerfile.contains(&format!("COPY {member} ./{member}")),
+            "the Dockerfile does not copy workspace member {member}"
+        );
+    }
     let workflow =
         std::fs::read_to_string(common::repo_root().join(".github/workflows/release.yml")).unwrap();
     assert!(workflow.contains("scripts/check-release-tag.sh"));
     assert!(workflow.contains("linux/amd64,linux/arm64"));
     assert!(workflow.contains("helm lint --strict chart"));
+}
+
+/// The `members` of the root manifest's `[workspace]`, read without a TOML dependency: the list is
+/// one line of quoted names.
+mod toml_members {
+    pub struct Members(pub Vec<String>);
+
+    pub fn read(path: &std::path::Path) -> Members {
+        let text = std::fs::read_to_string(path).unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("members"))
+            .expect("a [workspace] members line");
+        let list = line.split_once('=').unwrap().1;
+        Members(
+            list.split('"')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_owned)
+                .collect(),
+        )
+    }
 }

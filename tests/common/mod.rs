@@ -353,3 +353,41 @@ pub fn helm(args: &[&str]) -> std::process::Output {
         .output()
         .unwrap_or_else(|e| panic!("cannot run {} ({e}); `make test` builds it", helm.display()))
 }
+
+/// A child process that is killed when the test lets go of it, panics included: a failed test
+/// must not leave an operator running against the shared control plane.
+pub struct Spawned(Option<std::process::Child>);
+
+impl Spawned {
+    pub fn new(child: std::process::Child) -> Self {
+        Self(Some(child))
+    }
+
+    /// The process itself, no longer killed on drop.
+    pub fn into_inner(mut self) -> std::process::Child {
+        self.0.take().unwrap()
+    }
+}
+
+impl std::ops::Deref for Spawned {
+    type Target = std::process::Child;
+
+    fn deref(&self) -> &Self::Target {
+        self.0.as_ref().unwrap()
+    }
+}
+
+impl std::ops::DerefMut for Spawned {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        self.0.as_mut().unwrap()
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

@@ -1,0 +1,444 @@
+//! The fleet: pods with a KV-cache capacity and a token throughput, requests routed to the least
+//! busy useful pod, queued where the cache or the batch is full.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use crate::trace::{Shape, Trace};
+
+/// vLLM's buckets for `vllm:time_to_first_token_seconds`.
+pub const TTFT_BUCKETS: [f64; 15] = [
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+];
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct FleetConfig {
+    /// Tokens of KV cache each pod holds.
+    pub kv_capacity_tokens: u64,
+    /// Output tokens per second a pod produces in all, shared by its running requests.
+    pub decode_tokens_per_second: f64,
+    /// The most one request can get of that.
+    pub max_tokens_per_request_second: f64,
+    /// Requests a pod runs at once.
+    pub max_batch: usize,
+    /// From admission to the first token.
+    pub prefill: Duration,
+    /// From a pod's appearance (Ready) to its first request: model load, warm-up.
+    pub startup_delay: Duration,
+    /// Requests whose time to first token exceeds this are SLO violations.
+    pub ttft_slo: Duration,
+}
+
+impl Default for FleetConfig {
+    fn default() -> Self {
+        Self {
+            kv_capacity_tokens: 64 * 1024,
+            decode_tokens_per_second: 1500.0,
+            max_tokens_per_request_second: 60.0,
+            max_batch: 64,
+            prefill: Duration::from_millis(150),
+            startup_delay: Duration::from_secs(20),
+            ttft_slo: Duration::from_secs(2),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Request {
+    arrived: Duration,
+    shape: Shape,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Running {
+    remaining_output: f64,
+    kv: u64,
+}
+
+/// What a pod has exported so far (counters only grow).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PodCounters {
+    pub prompt_tokens: u64,
+    pub generation_tokens: f64,
+    pub finished: u64,
+    /// Cumulative counts per bucket of [`TTFT_BUCKETS`], then +Inf.
+    pub ttft_buckets: [u64; TTFT_BUCKETS.len() + 1],
+    pub ttft_sum: f64,
+    pub ttft_count: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Pod {
+    useful_at: Duration,
+    running: Vec<Running>,
+    waiting: VecDeque<Request>,
+    kv_used: u64,
+    counters: PodCounters,
+}
+
+/// One pod as its metrics show it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodView<'a> {
+    pub name: &'a str,
+    pub running: usize,
+    pub waiting: usize,
+    /// 0 to 1, as `vllm:kv_cache_usage_perc`.
+    pub kv_usage: f64,
+    /// Past its start-up delay.
+    pub useful: bool,
+    pub counters: &'a PodCounters,
+}
+
+/// The run so far, for judging a policy.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Totals {
+    pub arrived: u64,
+    pub finished: u64,
+    /// In flight or queued on a pod when it went away.
+    pub lost: u64,
+    /// Requests whose first token came later than the SLO.
+    pub slo_violations: u64,
+    /// Pods removed while a pod with a colder cache lived on.
+    pub warm_evictions: u64,
+    /// Sum over time of the pods that existed: what the fleet cost.
+    pub pod_seconds: f64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Fleet {
+    config: FleetConfig,
+    now: Duration,
+    pods: BTreeMap<String, Pod>,
+    /// Requests that arrived while no pod was useful.
+    pending: VecDeque<Request>,
+    /// Fractional arrivals carried to the next step, so a rate of 0.5/s is one request every 2 s.
+    carry: f64,
+    totals: Totals,
+}
+
+impl Fleet {
+    pub fn new(config: FleetConfig) -> Self {
+        Self {
+            config,
+            now: Duration::ZERO,
+            pods: BTreeMap::new(),
+            pending: VecDeque::new(),
+            carry: 0.0,
+            totals: Totals::default(),
+        }
+    }
+
+    pub fn now(&self) -> Duration {
+        self.now
+    }
+
+    pub fn config(&self) -> &FleetConfig {
+        &self.config
+    }
+
+    pub fn totals(&self) -> &Totals {
+        &self.totals
+    }
+
+    /// Requests waiting anywhere, on a pod or for one.
+    pub fn queued(&self) -> usize {
+        self.pending.len() + self.pods.values().map(|p| p.waiting.len()).sum::<usize>()
+    }
+
+    /// Requests that arrived while no pod could take them.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// The pods that exist now (e.g. the Ready pods of the Deployment). New names start cold,
+    /// useful after the start-up delay; names no longer listed are gone, with their cache and
+    /// every request they held.
+    pub fn set_pods<I, S>(&mut self, names: I)
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let wanted: std::collections::BTreeSet<String> =
+            names.into_iter().map(Into::into).collect();
+        let gone: Vec<String> = self
+            .pods
+            .keys()
+            .filter(|name| !wanted.contains(*name))
+            .cloned()
+            .collect();
+        for name in gone {
+            if let Some(pod) = self.pods.remove(&name) {
+                self.totals.lost += (pod.running.len() + pod.waiting.len()) as u64;
+                let colder_lives = self.pods.values().any(|p| p.kv_used < pod.kv_used);
+                if colder_lives {
+                    self.totals.warm_evictions += 1;
+                }
+            }
+        }
+        for name in wanted {
+            let useful_at = self.now + self.config.startup_delay;
+            self.pods.entry(name).or_insert_with(|| Pod {
+                useful_at,
+                running: Vec::new(),
+                waiting: VecDeque::new(),
+                kv_used: 0,
+                counters: PodCounters::default(),
+            });
+        }
+    }
+
+    pub fn pods(&self) -> impl Iterator<Item = PodView<'_>> {
+        let capacity = self.config.kv_capacity_tokens.max(1) as f64;
+        self.pods.iter().map(move |(name, pod)| PodView {
+            name,
+            running: pod.running.len(),
+            waiting: pod.waiting.len(),
+            kv_usage: pod.kv_used as f64 / capacity,
+            useful: pod.useful_at <= self.now,
+            counters: &pod.counters,
+        })
+    }
+
+    /// Moves time on by `dt` under the load `trace` describes.
+    pub fn step(&mut self, dt: Duration, trace: &Trace) {
+        let dt_s = dt.as_secs_f64();
+        self.totals.pod_seconds += self.pods.len() as f64 * dt_s;
+        // Arrivals over the step, spread as if they came at its start.
+        self.carry += trace.rate(self.now) * dt_s;
+        let shape = trace.shape(self.now);
+        // The epsilon keeps 10 steps of 0.1 requests from summing to 0.999... and losing one.
+        while self.carry >= 1.0 - 1e-9 {
+            self.carry -= 1.0;
+            self.totals.arrived += 1;
+            self.pending.push_back(Request {
+                arrived: self.now,
+                shape,
+            });
+        }
+        self.now += dt;
+        self.route();
+        let config = self.config.clone();
+        let now = self.now;
+        let mut slo_violations = 0;
+        let mut finished = 0;
+        for pod in self.pods.values_mut().filter(|p| p.useful_at <= now) {
+            admit(pod, &config, now, &mut slo_violations);
+            finished += decode(pod, &config, dt_s);
+        }
+        self.totals.slo_violations += slo_violations;
+        self.totals.finished += finished;
+    }
+
+    /// Hands pending requests to the least busy useful pods.
+    fn route(&mut self) {
+        let now = self.now;
+        while let Some(request) = self.pending.front().copied() {
+            let target = self
+                .pods
+                .iter_mut()
+                .filter(|(_, p)| p.useful_at <= now)
+                .min_by_key(|(_, p)| p.running.len() + p.waiting.len());
+            let Some((_, pod)) = target else {
+                return;
+            };
+            pod.waiting.push_back(request);
+            self.pending.pop_front();
+        }
+    }
+}
+
+/// Starts waiting requests while the batch and the cache have room.
+fn admit(pod: &mut Pod, config: &FleetConfig, now: Duration, violations: &mut u64) {
+    while let Some(request) = pod.waiting.front().copied() {
+        let kv = u64::from(request.shape.prompt_tokens) + u64::from(request.shape.output_tokens);
+        let fits = pod.running.len() < config.max_batch
+            && (pod.kv_used + kv <= config.kv_capacity_tokens || pod.running.is_empty());
+        if !fits {
+            return;
+        }
+        pod.waiting.pop_front();
+        pod.kv_used += kv;
+        pod.running.push(Running {
+            remaining_output: f64::from(request.shape.output_tokens),
+            kv,
+        });
+        let ttft = now.saturating_sub(request.arrived) + config.prefill;
+        if ttft > config.ttft_slo {
+            *violations += 1;
+        }
+        let seconds = ttft.as_secs_f64();
+        let c = &mut pod.counters;
+        c.prompt_tokens += u64::from(request.shape.prompt_tokens);
+        c.ttft_sum += seconds;
+        c.ttft_count += 1;
+        for (i, le) in TTFT_BUCKETS.iter().enumerate() {
+            if seconds <= *le {
+                c.ttft_buckets[i] += 1;
+            }
+        }
+        c.ttft_buckets[TTFT_BUCKETS.len()] += 1;
+    }
+}
+
+/// Produces tokens for `dt_s` seconds; returns how many requests finished.
+fn decode(pod: &mut Pod, config: &FleetConfig, dt_s: f64) -> u64 {
+    if pod.running.is_empty() {
+        return 0;
+    }
+    let per_request = (config.decode_tokens_per_second / pod.running.len() as f64)
+        .min(config.max_tokens_per_request_second)
+        * dt_s;
+    let mut finished = 0;
+    let mut produced = 0.0;
+    pod.running.retain_mut(|r| {
+        let step = per_request.min(r.remaining_output);
+        r.remaining_output -= step;
+        produced += step;
+        if r.remaining_output <= 1e-9 {
+            finished += 1;
+            false
+        } else {
+            true
+        }
+    });
+    let freed: u64 = pod.kv_used
+        - pod
+            .running
+            .iter()
+            .map(|r| r.kv)
+            .sum::<u64>()
+            .min(pod.kv_used);
+    pod.kv_used -= freed;
+    pod.counters.generation_tokens += produced;
+    pod.counters.finished += finished;
+    finished
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TICK: Duration = Duration::from_millis(100);
+
+    fn run(fleet: &mut Fleet, trace: &Trace, seconds: u64) {
+        for _ in 0..seconds * 10 {
+            fleet.step(TICK, trace);
+        }
+    }
+
+    fn constant(rate: f64) -> Trace {
+        Trace::parse(&format!("0 {rate} 512 128\n")).unwrap()
+    }
+
+    fn quick() -> FleetConfig {
+        FleetConfig {
+            startup_delay: Duration::from_secs(5),
+            ..FleetConfig::default()
+        }
+    }
+
+    #[test]
+    fn a_light_load_is_served_without_queueing() {
+        let mut fleet = Fleet::new(FleetConfig {
+            startup_delay: Duration::ZERO,
+            ..FleetConfig::default()
+        });
+        fleet.set_pods(["a"]);
+        run(&mut fleet, &constant(2.0), 60);
+        let totals = fleet.totals().clone();
+        assert!(totals.arrived >= 100, "{totals:?}");
+        assert!(totals.finished + 10 >= totals.arrived, "{totals:?}");
+        assert_eq!(totals.slo_violations, 0, "{totals:?}");
+        assert_eq!(fleet.queued(), 0);
+        let pod = fleet.pods().next().unwrap();
+        assert!(pod.kv_usage > 0.0 && pod.kv_usage < 0.5, "{pod:?}");
+        assert!((totals.pod_seconds - 60.0).abs() < 1e-6, "{totals:?}");
+    }
+
+    #[test]
+    fn an_overload_queues_and_more_pods_drain_it_once_they_are_useful() {
+        let mut fleet = Fleet::new(quick());
+        fleet.set_pods(["a"]);
+        let heavy = constant(40.0);
+        run(&mut fleet, &heavy, 20);
+        let queued = fleet.queued();
+        assert!(queued > 100, "one pod cannot keep up: {queued}");
+        assert!(fleet.totals().slo_violations > 0);
+        let full = fleet.pods().next().unwrap();
+        assert!(
+            full.kv_usage > 0.9 || full.running == quick().max_batch,
+            "{full:?}"
+        );
+
+        fleet.set_pods(["a", "b", "c", "d", "e", "f"]);
+        // New pods take nothing while they start.
+        run(&mut fleet, &heavy, 4);
+        assert!(
+            fleet
+                .pods()
+                .filter(|p| p.name != "a")
+                .all(|p| p.running == 0 && p.waiting == 0)
+        );
+        // The backlog stays on the pod it was routed to (vLLM queues do not migrate), so it
+        // drains at that pod's pace while the new pods take the new arrivals.
+        run(&mut fleet, &heavy, 120);
+        assert!(fleet.queued() < 20, "six pods keep up: {}", fleet.queued());
+    }
+
+    #[test]
+    fn a_removed_pod_takes_its_requests_and_a_warm_cache_with_it() {
+        let mut fleet = Fleet::new(FleetConfig {
+            startup_delay: Duration::ZERO,
+            ..FleetConfig::default()
+        });
+        fleet.set_pods(["a"]);
+        run(&mut fleet, &constant(10.0), 10);
+        fleet.set_pods(["a", "b"]); // b is cold
+        fleet.set_pods(["b"]);
+        let totals = fleet.totals();
+        assert!(totals.lost > 0, "{totals:?}");
+        assert_eq!(totals.warm_evictions, 1, "a was warmer than b");
+        let before = totals.warm_evictions;
+        fleet.set_pods(["b", "c"]);
+        fleet.set_pods(["b"]); // c was cold: no warm cache lost
+        assert_eq!(fleet.totals().warm_evictions, before);
+    }
+
+    #[test]
+    fn requests_wait_for_the_first_pod_after_scale_to_zero() {
+        let mut fleet = Fleet::new(quick());
+        let trace = constant(1.0);
+        run(&mut fleet, &trace, 10);
+        assert_eq!(fleet.pending(), 10);
+        fleet.set_pods(["a"]);
+        run(&mut fleet, &trace, 10);
+        assert_eq!(fleet.pending(), 0);
+        assert!(
+            fleet.totals().slo_violations >= 10,
+            "they waited for a cold start"
+        );
+    }
+
+    #[test]
+    fn the_same_inputs_give_the_same_run() {
+        let go = || {
+            let mut fleet = Fleet::new(quick());
+            fleet.set_pods(["a", "b"]);
+            run(&mut fleet, &Trace::builtin("burst", 60.0).unwrap(), 60);
+            fleet.totals().clone()
+        };
+        assert_eq!(go(), go());
+    }
+
+    #[test]
+    fn ttft_buckets_are_cumulative() {
+        let mut fleet = Fleet::new(quick());
+        fleet.set_pods(["a"]);
+        run(&mut fleet, &constant(40.0), 30);
+        let pod = fleet.pods().next().unwrap();
+        let c = pod.counters;
+        assert!(c.ttft_buckets.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(c.ttft_buckets[TTFT_BUCKETS.len()], c.ttft_count);
+        assert!(c.ttft_sum > 0.0);
+    }
+}
