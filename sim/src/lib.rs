@@ -9,4 +9,5 @@
 
 pub mod exposition;
 pub mod fleet;
+pub mod live;
 pub mod trace;

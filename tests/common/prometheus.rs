@@ -75,6 +75,11 @@ pub struct Prometheus {
 impl Prometheus {
     /// Starts Prometheus scraping `exporter` every second and waits until it is ready.
     pub async fn start(exporter: &Exporter) -> Self {
+        Self::scraping(&[exporter.addr.unwrap()]).await
+    }
+
+    /// Starts Prometheus scraping `targets` every second and waits until it is ready.
+    pub async fn scraping(targets: &[std::net::SocketAddr]) -> Self {
         let binary = which_prometheus();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -84,9 +89,10 @@ impl Prometheus {
         let dir =
             std::env::temp_dir().join(format!("llmscaler-prom-{}-{port}", std::process::id()));
         std::fs::create_dir_all(dir.join("data")).unwrap();
+        let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
         let config = format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: test\n    static_configs:\n      - targets: ['{}']\n",
-            exporter.addr.unwrap()
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: test\n    static_configs:\n      - targets: [{}]\n",
+            targets.join(", ")
         );
         std::fs::write(dir.join("prometheus.yml"), config).unwrap();
         let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();

@@ -1,0 +1,144 @@
+//! The fleet model run live: it follows the Ready pods of a Deployment, replays a trace over them
+//! in real time (or faster) and serves their vLLM metrics on /metrics for Prometheus to scrape.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::routing::get;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Api, Client, ResourceExt};
+
+use crate::exposition::{self, Labels};
+use crate::fleet::{Fleet, FleetConfig, Totals};
+use crate::trace::Trace;
+
+/// What to simulate, where.
+pub struct LiveOptions {
+    pub namespace: String,
+    /// Label selector of the fleet's pods, e.g. app=vllm-sim; its app value labels the metrics.
+    pub selector: String,
+    pub trace: Trace,
+    /// Simulated seconds per real second.
+    pub speed: f64,
+    pub fleet: FleetConfig,
+    /// Print a status line every real second.
+    pub progress: bool,
+}
+
+/// Runs until `stop` resolves, serving /metrics on `listener`; returns the run's totals.
+pub async fn run(
+    client: Client,
+    listener: tokio::net::TcpListener,
+    options: LiveOptions,
+    stop: impl Future<Output = ()>,
+) -> Result<Totals, String> {
+    if !(options.speed.is_finite() && options.speed > 0.0) {
+        return Err(format!(
+            "the speed must be a positive number, got {}",
+            options.speed
+        ));
+    }
+    let app = options
+        .selector
+        .split(',')
+        .find_map(|kv| kv.strip_prefix("app="))
+        .unwrap_or("vllm")
+        .to_owned();
+    let labels = Labels {
+        namespace: options.namespace.clone(),
+        app,
+    };
+    let pods: Api<Pod> = Api::namespaced(client, &options.namespace);
+    let (store, writer) = reflector::store();
+    let watch = reflector::reflector(
+        writer,
+        watcher(pods, watcher::Config::default().labels(&options.selector)),
+    )
+    .default_backoff()
+    .touched_objects()
+    .for_each(|_| futures::future::ready(()));
+    let watch = tokio::spawn(watch);
+
+    let fleet = Arc::new(Mutex::new(Fleet::new(options.fleet.clone())));
+    let served = fleet.clone();
+    let router = Router::new().route(
+        "/metrics",
+        get(move || {
+            let fleet = served.clone();
+            let labels = labels.clone();
+            async move {
+                let fleet = fleet.lock().unwrap_or_else(PoisonError::into_inner);
+                exposition::render(&fleet, &labels)
+            }
+        }),
+    );
+    let server = tokio::spawn(async move { axum::serve(listener, router).await });
+
+    let tick = Duration::from_millis(100);
+    let mut ticker = tokio::time::interval(tick);
+    let mut last_print = Instant::now();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            () = &mut stop => break,
+        }
+        let ready: Vec<String> = store
+            .state()
+            .iter()
+            .filter(|pod| is_ready(pod))
+            .map(|pod| pod.name_any())
+            .collect();
+        let mut fleet = fleet.lock().unwrap_or_else(PoisonError::into_inner);
+        fleet.set_pods(ready);
+        fleet.step(tick.mul_f64(options.speed), &options.trace);
+        if options.progress && last_print.elapsed() >= Duration::from_secs(1) {
+            last_print = Instant::now();
+            eprintln!("{}", status_line(&fleet, &options.trace));
+        }
+    }
+    watch.abort();
+    server.abort();
+    let totals = fleet
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .totals()
+        .clone();
+    Ok(totals)
+}
+
+/// One line of what the fleet is doing.
+pub fn status_line(fleet: &Fleet, trace: &Trace) -> String {
+    let t = fleet.totals();
+    let pods: Vec<_> = fleet.pods().collect();
+    let kv = if pods.is_empty() {
+        0.0
+    } else {
+        pods.iter().map(|p| p.kv_usage).sum::<f64>() / pods.len() as f64
+    };
+    format!(
+        "t={:>6.0}s load={:>5.1}/s pods={} kv={:>3.0}% queued={} served={} slo-missed={} lost={}",
+        fleet.now().as_secs_f64(),
+        trace.rate(fleet.now()),
+        pods.len(),
+        kv * 100.0,
+        fleet.queued(),
+        t.finished,
+        t.slo_violations,
+        t.lost
+    )
+}
+
+/// Ready and not on its way out.
+fn is_ready(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
