@@ -16,6 +16,7 @@ test: ## Format check, clippy, unit and integration tests against a real local c
 
 bench: ## Benchmarks (numbers as ratios from one run; never part of make test)
 	tests/cluster/up.sh
+	cargo bench --locked --bench policies
 	cargo bench --locked --bench extmetrics
 
 demo: ## Start the local control plane, install the CRD and samples, run the operator (Ctrl-C stops)

@@ -166,11 +166,17 @@ impl Fleet {
             .filter(|name| !wanted.contains(*name))
             .cloned()
             .collect();
+        // Judged against the pods that stay, not against others leaving in the same change.
+        let coldest_survivor = self
+            .pods
+            .iter()
+            .filter(|(name, _)| wanted.contains(*name))
+            .map(|(_, p)| p.kv_used)
+            .min();
         for name in gone {
             if let Some(pod) = self.pods.remove(&name) {
                 self.totals.lost += (pod.running.len() + pod.waiting.len()) as u64;
-                let colder_lives = self.pods.values().any(|p| p.kv_used < pod.kv_used);
-                if colder_lives {
+                if coldest_survivor.is_some_and(|coldest| coldest < pod.kv_used) {
                     self.totals.warm_evictions += 1;
                 }
             }
@@ -402,6 +408,11 @@ mod tests {
         fleet.set_pods(["b", "c"]);
         fleet.set_pods(["b"]); // c was cold: no warm cache lost
         assert_eq!(fleet.totals().warm_evictions, before);
+        // Two leave at once, the coldest two: no warm cache lost, whatever their order.
+        run(&mut fleet, &constant(10.0), 5);
+        fleet.set_pods(["b", "x", "y"]);
+        fleet.set_pods(["b"]);
+        assert_eq!(fleet.totals().warm_evictions, before, "x and y were colder than b");
     }
 
     #[test]

@@ -139,6 +139,21 @@ impl Trace {
 
     pub const BUILTINS: [&'static str; 4] = ["steady", "diurnal", "burst", "idle"];
 
+    /// The same trace starting `by` later; its first rate holds until then.
+    pub fn delayed(&self, by: Duration) -> Self {
+        let by = by.as_secs_f64();
+        Self {
+            points: self
+                .points
+                .iter()
+                .map(|p| Point {
+                    at: p.at + by,
+                    ..*p
+                })
+                .collect(),
+        }
+    }
+
     /// Requests per second at `at`.
     pub fn rate(&self, at: Duration) -> f64 {
         self.segment(at).0
@@ -190,6 +205,10 @@ mod tests {
         assert!((trace.rate(secs(5.0)) - 7.0).abs() < 1e-9);
         assert!((trace.rate(secs(15.0)) - 6.0).abs() < 1e-9);
         assert_eq!(trace.rate(secs(99.0)), 0.0);
+        let later = trace.delayed(secs(100.0));
+        assert_eq!(later.rate(secs(50.0)), 2.0);
+        assert!((later.rate(secs(105.0)) - 7.0).abs() < 1e-9);
+        assert_eq!(later.length(), secs(120.0));
         assert_eq!(trace.length(), secs(20.0));
         assert_eq!(
             trace.shape(secs(12.0)),
