@@ -19,7 +19,7 @@ bench: ## Benchmarks (numbers as ratios from one run; never part of make test)
 	cargo bench --locked --bench policies
 	cargo bench --locked --bench extmetrics
 
-demo: ## Start the local control plane, install the CRD and samples, run the operator (Ctrl-C stops)
+demo: ## A simulated vLLM fleet scaled live by the operator; a plot of the run at the end (Ctrl-C ends early)
 	scripts/demo.sh
 
 crd: ## Regenerate the committed CRD manifest from the Rust types

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# `make demo`: a local control plane, a Prometheus scraping a metric you can edit, a Deployment
-# with an LLMScaler on it, and the operator in the foreground. Ctrl-C stops everything this
-# script started.
+# `make demo`: a local control plane, a simulated vLLM fleet (sim/) replaying a request trace over
+# the pods of a Deployment, a Prometheus scraping it, an LLMScaler on the Deployment and the
+# operator. A status line a second shows the load, the KV cache, the queue and the replicas; at
+# the end (DEMO_SECONDS, or Ctrl-C) a plot of the run is written. Everything this script started
+# is stopped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/deps.sh
-cargo build --locked --bin llmscaleoperator --example demo_exporter --example decision_server
+cargo build --locked --bin llmscaleoperator --example decision_server
+cargo build --locked -p llmscaleoperator-sim --bin fleet-sim
 
 demo_dir=$PWD/target/demo
 mkdir -p "$demo_dir"
@@ -27,22 +30,22 @@ CLUSTER_PROFILE=full tests/cluster/up.sh
 export KUBECONFIG=$PWD/target/cluster/kubeconfig
 kubectl=target/cluster/bin/kubectl
 operator=target/debug/llmscaleoperator
-exporter_port=${DEMO_EXPORTER_PORT:-19100}
+sim_port=${DEMO_SIM_PORT:-19100}
 prometheus_port=${DEMO_PROMETHEUS_PORT:-19090}
 decision_port=${DEMO_DECISION_PORT:-19200}
-metrics_file=$demo_dir/metrics.prom
 decision_file=$demo_dir/decision
+# A trace (steady, diurnal, burst, idle or a file) replayed DEMO_SPEED times faster than real time
+# for DEMO_SECONDS of real time.
+trace=${DEMO_TRACE:-burst}
+speed=${DEMO_SPEED:-10}
+seconds=${DEMO_SECONDS:-180}
+plot=$demo_dir/run.svg
 
-# The load: total waiting requests across the fleet. The exporter divides it by the ready
-# replicas, so the per-replica queue depth falls as the fleet grows.
-echo 6 > "$metrics_file"
-target/debug/examples/demo_exporter "127.0.0.1:$exporter_port" "$metrics_file" default vllm-demo &
-pids+=($!)
 cat > "$demo_dir/prometheus.yml" <<YAML
 global: { scrape_interval: 2s, evaluation_interval: 2s }
 scrape_configs:
   - job_name: vllm-demo
-    static_configs: [{ targets: ['127.0.0.1:$exporter_port'] }]
+    static_configs: [{ targets: ['127.0.0.1:$sim_port'] }]
 YAML
 prometheus --config.file="$demo_dir/prometheus.yml" --storage.tsdb.path="$demo_dir/prometheus-data" \
   --web.listen-address="127.0.0.1:$prometheus_port" > "$demo_dir/prometheus.log" 2>&1 &
@@ -72,13 +75,14 @@ metadata: { name: vllm-demo, namespace: default }
 spec:
   targetRef: { apiVersion: apps/v1, kind: Deployment, name: vllm-demo }
   serverAddress: "http://127.0.0.1:$prometheus_port"
-  minReplicas: 0
+  minReplicas: 1
   maxReplicas: 8
   syncPeriodSeconds: 5
   metrics:
-    - name: queue-depth
-      query: 'avg(vllm:num_requests_waiting{namespace="default", app="vllm-demo"})'
-      target: "2"
+    # Requests in flight or waiting, per replica: 20 each.
+    - name: busy
+      query: 'avg(vllm:num_requests_running{namespace="default", app="vllm-demo"} + vllm:num_requests_waiting{namespace="default", app="vllm-demo"})'
+      target: "20"
   scaleDown: { stabilizationWindowSeconds: 30, maxStepReplicas: 2 }
 ---
 apiVersion: apps/v1
@@ -98,22 +102,24 @@ YAML
 
 cat <<TXT
 
-demo: the operator now scales Deployment vllm-demo on its queue depth. The total number of
-      waiting requests is in $metrics_file (now 6); with a target of 2 per replica,
-      expect 1 -> 3 replicas. In another terminal:
+demo: the operator scales Deployment vllm-demo on its simulated fleet's load: the $trace trace,
+      ${speed}x real time, for ${seconds} s. In another terminal:
         export KUBECONFIG=$KUBECONFIG
         watch $kubectl get llmscalers,deployments -n default
-        echo 15 > $metrics_file    # busier: 8 replicas (maxReplicas)
-        echo 0 > $metrics_file     # idle: after the 30 s window, walks down 2 at a time to 0
         $kubectl describe llmscaler vllm-demo -n default    # conditions and events
       The Custom sample follows the decision server's count in $decision_file (now 4):
         echo 12 > $decision_file   # fallback-modelforge-01 goes to 12 at once
-        echo 1 > $decision_file    # and back down, 1 replica per step after a 180 s window
-      Ctrl-C stops the operator and everything the demo started.
+      The operator's log is in $demo_dir/operator.log. Ctrl-C ends the run early.
 
 TXT
-# A handler (not an ignore) so Ctrl-C reaches the operator with its default disposition and this
-# script carries on to the cleanup once the operator has stopped.
+"$operator" run --kubeconfig "$KUBECONFIG" --health-address 127.0.0.1:8081 --extmetrics-address 127.0.0.1:6443 \
+  > "$demo_dir/operator.log" 2>&1 &
+pids+=($!)
+# A handler (not an ignore) so Ctrl-C reaches the simulator with its default disposition and this
+# script carries on to write the plot and clean up.
 trap 'true' INT
-"$operator" run --kubeconfig "$KUBECONFIG" --health-address 127.0.0.1:8081 --extmetrics-address 127.0.0.1:6443 || status=$?
-echo "demo: operator exited with status ${status:-0}"
+target/debug/fleet-sim --kubeconfig "$KUBECONFIG" --namespace default --selector app=vllm-demo \
+  --listen "127.0.0.1:$sim_port" --trace "$trace" --duration "$(( seconds * speed ))" --speed "$speed" \
+  --startup-delay 60 --deployment vllm-demo --scaler vllm-demo --progress --seconds "$seconds" \
+  --plot "$plot" || status=$?
+echo "demo: finished (status ${status:-0}); the plot of the run is $plot"

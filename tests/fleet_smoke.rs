@@ -38,6 +38,8 @@ async fn the_operator_grows_the_fleet_under_a_burst_and_shrinks_it_after() {
             ..FleetConfig::default()
         },
         progress: false,
+        deployment: Some("vllm-sim".to_owned()),
+        scaler: Some("vllm-sim".to_owned()),
     };
     let sim = tokio::spawn(live::run(
         env.client.clone(),
@@ -81,7 +83,20 @@ async fn the_operator_grows_the_fleet_under_a_burst_and_shrinks_it_after() {
     .await;
 
     stop.cancel();
-    let totals = sim.await.unwrap().unwrap();
-    assert!(totals.finished > 100, "{totals:?}");
+    let report = sim.await.unwrap().unwrap();
+    assert!(report.totals.finished > 100, "{:?}", report.totals);
+    // The run was sampled with what the operator decided next to what the fleet had.
+    assert!(
+        report
+            .samples
+            .iter()
+            .any(|s| s.desired.is_some_and(|d| d >= 3.0))
+    );
+    assert!(
+        report
+            .samples
+            .iter()
+            .any(|s| s.spec.is_some_and(|r| r >= 3.0))
+    );
     env.done().await;
 }

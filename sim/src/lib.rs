@@ -10,4 +10,5 @@
 pub mod exposition;
 pub mod fleet;
 pub mod live;
+pub mod plot;
 pub mod trace;

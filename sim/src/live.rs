@@ -14,6 +14,7 @@ use kube::{Api, Client, ResourceExt};
 
 use crate::exposition::{self, Labels};
 use crate::fleet::{Fleet, FleetConfig, Totals};
+use crate::plot::Sample;
 use crate::trace::Trace;
 
 /// What to simulate, where.
@@ -27,15 +28,25 @@ pub struct LiveOptions {
     pub fleet: FleetConfig,
     /// Print a status line every real second.
     pub progress: bool,
+    /// The Deployment and the LLMScaler to show beside the fleet (spec.replicas and
+    /// status.desiredReplicas), when given.
+    pub deployment: Option<String>,
+    pub scaler: Option<String>,
 }
 
-/// Runs until `stop` resolves, serving /metrics on `listener`; returns the run's totals.
+/// What a run did, sampled every real second.
+pub struct Report {
+    pub totals: Totals,
+    pub samples: Vec<Sample>,
+}
+
+/// Runs until `stop` resolves, serving /metrics on `listener`; returns what the run did.
 pub async fn run(
     client: Client,
     listener: tokio::net::TcpListener,
     options: LiveOptions,
     stop: impl Future<Output = ()>,
-) -> Result<Totals, String> {
+) -> Result<Report, String> {
     if !(options.speed.is_finite() && options.speed > 0.0) {
         return Err(format!(
             "the speed must be a positive number, got {}",
@@ -52,6 +63,19 @@ pub async fn run(
         namespace: options.namespace.clone(),
         app,
     };
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), &options.namespace);
+    let scalers: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &options.namespace,
+        &kube::api::ApiResource {
+            group: "autoscaling.modelsphere.dev".into(),
+            version: "v1alpha1".into(),
+            api_version: "autoscaling.modelsphere.dev/v1alpha1".into(),
+            kind: "LLMScaler".into(),
+            plural: "llmscalers".into(),
+        },
+    );
     let pods: Api<Pod> = Api::namespaced(client, &options.namespace);
     let (store, writer) = reflector::store();
     let watch = reflector::reflector(
@@ -80,7 +104,8 @@ pub async fn run(
 
     let tick = Duration::from_millis(100);
     let mut ticker = tokio::time::interval(tick);
-    let mut last_print = Instant::now();
+    let mut last_sample = Instant::now();
+    let mut samples = Vec::new();
     tokio::pin!(stop);
     loop {
         tokio::select! {
@@ -93,13 +118,38 @@ pub async fn run(
             .filter(|pod| is_ready(pod))
             .map(|pod| pod.name_any())
             .collect();
-        let mut fleet = fleet.lock().unwrap_or_else(PoisonError::into_inner);
-        fleet.set_pods(ready);
-        fleet.step(tick.mul_f64(options.speed), &options.trace);
-        if options.progress && last_print.elapsed() >= Duration::from_secs(1) {
-            last_print = Instant::now();
-            eprintln!("{}", status_line(&fleet, &options.trace));
+        {
+            let mut fleet = fleet.lock().unwrap_or_else(PoisonError::into_inner);
+            fleet.set_pods(ready);
+            fleet.step(tick.mul_f64(options.speed), &options.trace);
         }
+        if last_sample.elapsed() < Duration::from_secs(1) {
+            continue;
+        }
+        last_sample = Instant::now();
+        let spec = match &options.deployment {
+            Some(name) => deployments
+                .get(name)
+                .await
+                .ok()
+                .and_then(|d| d.spec?.replicas)
+                .map(f64::from),
+            None => None,
+        };
+        let desired = match &options.scaler {
+            Some(name) => scalers
+                .get(name)
+                .await
+                .ok()
+                .and_then(|s| s.data["status"]["desiredReplicas"].as_f64()),
+            None => None,
+        };
+        let fleet = fleet.lock().unwrap_or_else(PoisonError::into_inner);
+        let sample = sample(&fleet, &options.trace, spec, desired);
+        if options.progress {
+            eprintln!("{}", status_line(&fleet, &sample));
+        }
+        samples.push(sample);
     }
     watch.abort();
     server.abort();
@@ -108,25 +158,40 @@ pub async fn run(
         .unwrap_or_else(PoisonError::into_inner)
         .totals()
         .clone();
-    Ok(totals)
+    Ok(Report { totals, samples })
 }
 
-/// One line of what the fleet is doing.
-pub fn status_line(fleet: &Fleet, trace: &Trace) -> String {
-    let t = fleet.totals();
+fn sample(fleet: &Fleet, trace: &Trace, spec: Option<f64>, desired: Option<f64>) -> Sample {
     let pods: Vec<_> = fleet.pods().collect();
     let kv = if pods.is_empty() {
         0.0
     } else {
         pods.iter().map(|p| p.kv_usage).sum::<f64>() / pods.len() as f64
     };
+    Sample {
+        t: fleet.now().as_secs_f64(),
+        load: trace.rate(fleet.now()),
+        queued: fleet.queued() as f64,
+        pods: pods.len() as f64,
+        spec,
+        desired,
+        kv,
+    }
+}
+
+/// One line of what the fleet is doing.
+pub fn status_line(fleet: &Fleet, sample: &Sample) -> String {
+    let t = fleet.totals();
+    let show = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.0}"));
     format!(
-        "t={:>6.0}s load={:>5.1}/s pods={} kv={:>3.0}% queued={} served={} slo-missed={} lost={}",
-        fleet.now().as_secs_f64(),
-        trace.rate(fleet.now()),
-        pods.len(),
-        kv * 100.0,
-        fleet.queued(),
+        "t={:>6.0}s load={:>5.1}/s kv={:>3.0}% queued={:<5} pods={:<3} spec={:<3} desired={:<3} served={} slo-missed={} lost={}",
+        sample.t,
+        sample.load,
+        sample.kv * 100.0,
+        sample.queued,
+        sample.pods,
+        show(sample.spec),
+        show(sample.desired),
         t.finished,
         t.slo_violations,
         t.lost

@@ -45,6 +45,18 @@ struct Args {
     /// Print a status line every real second.
     #[arg(long)]
     progress: bool,
+    /// Show this Deployment's spec.replicas beside the fleet.
+    #[arg(long)]
+    deployment: Option<String>,
+    /// Show this LLMScaler's desired replicas beside the fleet.
+    #[arg(long)]
+    scaler: Option<String>,
+    /// Stop after this many real seconds (default: at Ctrl-C).
+    #[arg(long)]
+    seconds: Option<u64>,
+    /// Write an SVG plot of the run here when it ends.
+    #[arg(long)]
+    plot: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -95,6 +107,10 @@ async fn run(args: Args) -> Result<(), String> {
         "fleet-sim: {} over pods {} in {}, /metrics on {}",
         args.trace, args.selector, args.namespace, args.listen
     );
+    let title = format!(
+        "{} trace, {} in {}",
+        args.trace, args.selector, args.namespace
+    );
     let options = LiveOptions {
         namespace: args.namespace,
         selector: args.selector,
@@ -105,11 +121,41 @@ async fn run(args: Args) -> Result<(), String> {
             ..FleetConfig::default()
         },
         progress: args.progress,
+        deployment: args.deployment,
+        scaler: args.scaler,
     };
-    let stop = async {
-        let _ = tokio::signal::ctrl_c().await;
+    let limit = args.seconds;
+    let stop = async move {
+        match limit {
+            Some(seconds) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    () = tokio::time::sleep(Duration::from_secs(seconds)) => {}
+                }
+            }
+            None => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
     };
-    let totals = live::run(client, listener, options, stop).await?;
-    eprintln!("fleet-sim: {totals:?}");
+    let report = live::run(client, listener, options, stop).await?;
+    let t = &report.totals;
+    eprintln!(
+        "fleet-sim: {} requests, {} served, {} missed the TTFT SLO, {} lost with a pod, {} warm caches evicted, {:.2} replica-hours",
+        t.arrived,
+        t.finished,
+        t.slo_violations,
+        t.lost,
+        t.warm_evictions,
+        t.pod_seconds / 3600.0
+    );
+    if let Some(path) = args.plot {
+        std::fs::write(
+            &path,
+            llmscaleoperator_sim::plot::svg(&report.samples, &title),
+        )
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+        eprintln!("fleet-sim: plot written to {}", path.display());
+    }
     Ok(())
 }
