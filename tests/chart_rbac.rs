@@ -536,6 +536,24 @@ async fn run(
     passed
 }
 
+/// The scenarios that did not pass.
+fn failed(passed: &BTreeSet<&'static str>) -> Vec<&'static str> {
+    SCENARIOS
+        .iter()
+        .copied()
+        .filter(|s| !passed.contains(s))
+        .collect()
+}
+
+/// Removes the APIService the runs used and the test's first namespace.
+async fn finish(mut env: Env, first_ns: String) {
+    let _ = Api::<APIService>::all(env.client.clone())
+        .delete(APISERVICE, &DeleteParams::default())
+        .await;
+    env.ns = first_ns;
+    env.done().await;
+}
+
 #[tokio::test]
 async fn the_charts_rbac_is_sufficient_and_every_rule_is_needed() {
     let _turn = TURN.lock().await;
@@ -545,7 +563,7 @@ async fn the_charts_rbac_is_sufficient_and_every_rule_is_needed() {
 
     // Everything the chart grants: every scenario passes.
     let passed = run(&mut env, 0, None, false, FULL_RUN).await;
-    let missing: Vec<_> = SCENARIOS.iter().filter(|s| !passed.contains(*s)).collect();
+    let missing = failed(&passed);
     assert!(
         missing.is_empty(),
         "with the chart's RBAC these failed: {missing:?}"
@@ -558,9 +576,9 @@ async fn the_charts_rbac_is_sufficient_and_every_rule_is_needed() {
     let mut unneeded = Vec::new();
     for (i, removal) in removals.iter().enumerate() {
         let passed = run(&mut env, i + 1, Some(removal), false, REDUCED_RUN).await;
-        let failed: Vec<_> = SCENARIOS.iter().filter(|s| !passed.contains(*s)).collect();
-        eprintln!("without {removal}: failed {failed:?}");
-        if failed.is_empty() {
+        let broken = failed(&passed);
+        eprintln!("without {removal}: failed {broken:?}");
+        if broken.is_empty() {
             unneeded.push(removal.to_string());
         }
     }
@@ -569,11 +587,7 @@ async fn the_charts_rbac_is_sufficient_and_every_rule_is_needed() {
         "rules no scenario needs (remove them from the chart): {unneeded:#?}"
     );
 
-    let _ = Api::<APIService>::all(env.client.clone())
-        .delete(APISERVICE, &DeleteParams::default())
-        .await;
-    env.ns = first_ns;
-    env.done().await;
+    finish(env, first_ns).await;
 }
 
 /// rbac.namespaced: Roles in the watched namespace only, no cluster-wide grant for the
@@ -585,14 +599,10 @@ async fn namespaced_rbac_is_enough_for_the_watched_namespaces() {
     common::install_leaderworkerset_crd(&env.client).await;
     let first_ns = env.ns.clone();
     let passed = run(&mut env, 100, None, true, FULL_RUN).await;
-    let missing: Vec<_> = SCENARIOS.iter().filter(|s| !passed.contains(*s)).collect();
+    let missing = failed(&passed);
     assert!(
         missing.is_empty(),
         "with namespaced Roles these failed: {missing:?}"
     );
-    let _ = Api::<APIService>::all(env.client.clone())
-        .delete(APISERVICE, &DeleteParams::default())
-        .await;
-    env.ns = first_ns;
-    env.done().await;
+    finish(env, first_ns).await;
 }

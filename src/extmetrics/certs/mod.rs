@@ -160,10 +160,10 @@ fn publish(tx: &watch::Sender<Material>, material: Material) {
         if *current == material {
             return false;
         }
-        let subject = tls::inspect(&material.serving.cert_pem)
+        let not_after = tls::inspect(&material.serving.cert_pem)
             .map(|info| info.not_after.unix_timestamp())
             .unwrap_or_default();
-        tracing::info!(not_after = subject, "serving a new certificate");
+        tracing::info!(not_after, "serving a new certificate");
         *current = material;
         true
     });

@@ -102,8 +102,15 @@ pub fn plan(observed: &Observed, names: &[String], policy: &Policy, now: OffsetD
             serving.dns_names, names
         ));
     }
+    // Beyond the start-up minute a peer's clock may be off by: issued by a clock far ahead.
+    if serving.not_before > now + MAX_RECHECK {
+        return Plan::RenewServing(format!(
+            "the serving certificate is not valid until {}",
+            rfc3339(serving.not_before)
+        ));
+    }
     let serving_left = left(serving);
-    if serving_left < policy.serving_renew_before() || serving.not_before > now + MAX_RECHECK {
+    if serving_left < policy.serving_renew_before() {
         return Plan::RenewServing(format!(
             "the serving certificate expires at {}",
             rfc3339(serving.not_after)
@@ -248,6 +255,24 @@ mod tests {
             plan(&seen, &names(), &policy, end + DAY),
             Plan::RenewServing(_)
         ));
+    }
+
+    #[test]
+    fn a_serving_certificate_from_the_future_is_renewed_and_said_so() {
+        let policy = Policy::default();
+        let ca = tls::new_ca(policy.ca_validity).unwrap();
+        let leaf = tls::issue_serving(&ca, &names(), policy.serving_validity).unwrap();
+        let mut serving = tls::inspect(&leaf.cert_pem).unwrap();
+        serving.not_before = now() + DAY;
+        serving.not_after = now() + DAY * 300;
+        let seen = Observed::Usable {
+            ca: tls::inspect(&ca.cert_pem).unwrap(),
+            serving: Ok(serving),
+        };
+        let Plan::RenewServing(why) = plan(&seen, &names(), &policy, now()) else {
+            panic!("expected a renewal")
+        };
+        assert!(why.contains("not valid until"), "{why}");
     }
 
     #[test]
