@@ -51,6 +51,23 @@ component_pid() {
 
 is_running() { component_pid "$1" >/dev/null; }
 
+# True while the process up.sh just started for COMPONENT is alive. Right after the
+# `setsid BIN &` fork, /proc/PID/cmdline still shows bash or setsid until the exec
+# lands, so is_running would call a component that is merely starting "exited"
+# (a CI run failed that way on a loaded machine). Only for a PID we started
+# ourselves moments ago; a zombie (exited, not yet reaped) counts as exited.
+is_starting_or_running() {
+  local f pid state
+  f=$(pid_file "$1")
+  [[ -s "$f" ]] || return 1
+  pid=$(<"$f")
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  { state=$(<"/proc/$pid/stat"); } 2>/dev/null || return 1
+  state=${state##*) }
+  state=${state%% *}
+  [[ -n "$state" && "$state" != Z && "$state" != X ]]
+}
+
 show_log_tail() {
   local f
   f=$(log_file "$1")

@@ -78,7 +78,7 @@ wait_until() {
   shift 2
   local deadline=$((SECONDS + READY_TIMEOUT)) delay=0.1
   until "$@"; do
-    if ! is_running "$c"; then
+    if ! is_starting_or_running "$c"; then
       show_log_tail "$c"
       die "$c exited while waiting for $what"
     fi
