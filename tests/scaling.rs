@@ -28,7 +28,9 @@ async fn scales_up_from_one_on_a_hot_metric_and_owns_only_spec_replicas() {
         "vllm",
         json!({
             "minReplicas": 1, "maxReplicas": 3,
-            "metrics": [{ "name": "kv-cache", "query": env.query("kv"), "target": "0.8" }]
+            "metrics": [{ "name": "kv-cache", "query": env.query("kv"), "target": "0.8" }],
+            // A window keeps a recommendation history in status: steady, it must not change.
+            "scaleDown": { "stabilizationWindowSeconds": 60 }
         }),
     )
     .await;

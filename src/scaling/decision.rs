@@ -568,7 +568,8 @@ mod tests {
 
     #[test]
     fn with_a_window_each_step_down_waits_a_full_window() {
-        // Window 300 s, cap 2, settled at 5, metric 0: 5 -> 3 at once, then 3 for 300 s.
+        // Window 300 s, cap 2, settled at 5, metric 0: 5 -> 3 at once, then 3 until a window
+        // after the first sync that recommended fewer (15 s).
         let writes = walk(
             5,
             0.0,
@@ -579,12 +580,13 @@ mod tests {
             15,
             700,
         );
-        assert_eq!(writes, vec![(0, 3), (300, 1)]);
+        assert_eq!(writes, vec![(0, 3), (315, 1)]);
     }
 
     #[test]
     fn stabilization_pins_the_fleet_then_releases_it() {
-        // High for a while (recorded at 8), then the metric drops.
+        // 8 recommended at 0; from 15 on the metric says 2. The 8 counts until the sync that
+        // replaced it, so the fleet is held until a window after 15.
         let policy = ScaleDownPolicy {
             window_seconds: 180,
             max_step: 0,
@@ -599,7 +601,7 @@ mod tests {
         });
         assert_eq!(high.write, None);
         let mut history = high.history;
-        for now in (15..180).step_by(15) {
+        for now in (15..=180).step_by(15) {
             let d = decide(&Input {
                 signal: Signal::Ratio(vec![metric("q", 0.25, 1.0)]),
                 target: settled(8),
@@ -621,7 +623,7 @@ mod tests {
             bounds: Bounds { min: 1, max: 10 },
             scale_down: policy,
             history,
-            now: t(180),
+            now: t(195),
         });
         assert_eq!(released.write, Some(2));
     }

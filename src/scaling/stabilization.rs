@@ -3,6 +3,12 @@
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 /// One recommendation and when it was made.
+///
+/// The last entry of a history is the recommendation in force: made at `at` and at every sync
+/// since, so it never expires, and a steady recommendation leaves the history (and the status it
+/// is stored in) unchanged: a steady fleet costs no API writes. When a different recommendation
+/// replaces it, its time becomes the replacement's, which errs late by at most one sync period:
+/// the fleet is held that much longer, never released early.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Entry {
     pub at: Timestamp,
@@ -19,6 +25,20 @@ fn alive(entry: &Entry, window: SignedDuration, now: Timestamp) -> bool {
     now.duration_since(entry.at) < window
 }
 
+/// The entries that still count at `now`: those inside the window, and the one in force.
+fn counting(
+    history: &[Entry],
+    window: SignedDuration,
+    now: Timestamp,
+) -> impl Iterator<Item = &Entry> {
+    let last = history.len().saturating_sub(1);
+    history
+        .iter()
+        .enumerate()
+        .filter(move |(i, e)| *i == last || alive(e, window, now))
+        .map(|(_, e)| e)
+}
+
 /// The replica count to move to for `recommendation`, given where the fleet is (`current`) and
 /// the recent recommendations. Scale-up is never delayed; scale-down stops at the highest
 /// recommendation still inside the window, and never goes above `current`.
@@ -33,25 +53,35 @@ pub fn stabilized(
         return recommendation;
     }
     let window = SignedDuration::from_secs(i64::from(window_seconds));
-    let held = history
-        .iter()
-        .filter(|e| alive(e, window, now))
+    let held = counting(history, window, now)
         .map(|e| e.replicas)
         .max()
         .unwrap_or(recommendation);
     held.max(recommendation).min(current)
 }
 
-/// The history after recording `entry`: expired entries dropped, entries that can never again be
-/// the maximum dropped, and at most [`MAX_HISTORY`] entries kept.
+/// The history after recording `entry`: a repeat of the recommendation in force changes nothing;
+/// a new one closes it (timed now) and becomes the one in force. Expired entries and entries
+/// that can never again be the maximum are dropped, and at most [`MAX_HISTORY`] entries kept.
 pub fn record(history: &[Entry], entry: Entry, window_seconds: i32) -> Vec<Entry> {
     if window_seconds <= 0 {
         return Vec::new();
     }
     let window = SignedDuration::from_secs(i64::from(window_seconds));
-    let mut kept: Vec<Entry> = Vec::with_capacity(history.len() + 1);
-    for e in history.iter().chain(std::iter::once(&entry)) {
-        if !alive(e, window, entry.at) {
+    let now = entry.at;
+    let mut entries = history.to_vec();
+    match entries.last_mut() {
+        Some(last) if last.replicas == entry.replicas => {}
+        Some(last) => {
+            last.at = last.at.max(now);
+            entries.push(entry);
+        }
+        None => entries.push(entry),
+    }
+    let in_force = entries.len() - 1;
+    let mut kept: Vec<Entry> = Vec::with_capacity(entries.len());
+    for (i, e) in entries.iter().enumerate() {
+        if i != in_force && !alive(e, window, now) {
             continue;
         }
         // An older entry no larger than a newer one expires first, so it never decides anything.
@@ -71,9 +101,10 @@ pub fn record(history: &[Entry], entry: Entry, window_seconds: i32) -> Vec<Entry
 
 /// Replaces the two neighbours closest in time by the older (larger) value living until the
 /// younger one's time: the max over any later window can only stay the same or grow, so
-/// compaction may hold the fleet a little longer, never release it early.
+/// compaction may hold the fleet a little longer, never release it early. The entry in force is
+/// never merged: it never expires, so a larger value merged into it would hold the fleet forever.
 fn merge_closest_pair(entries: &mut Vec<Entry>) {
-    let Some(i) = (0..entries.len().saturating_sub(1))
+    let Some(i) = (0..entries.len().saturating_sub(2))
         .min_by_key(|&i| entries[i + 1].at.duration_since(entries[i].at))
     else {
         return;
@@ -109,15 +140,22 @@ mod tests {
 
     #[test]
     fn scale_down_holds_at_the_window_maximum() {
-        let history = [e(0, 6), e(100, 4)];
+        // 6 until 0, 4 until 100, 2 in force since then.
+        let history = [e(0, 6), e(100, 4), e(100, 2)];
         assert_eq!(stabilized(1, 6, &history, 300, t(200)), 6);
         assert_eq!(stabilized(1, 6, &history, 300, t(350)), 4);
-        assert_eq!(stabilized(1, 6, &history, 300, t(450)), 1);
+        assert_eq!(stabilized(1, 6, &history, 300, t(450)), 2);
+    }
+
+    #[test]
+    fn the_recommendation_in_force_never_expires() {
+        // Recommended at every sync since 0: it still counts an hour later.
+        assert_eq!(stabilized(1, 6, &[e(0, 5)], 300, t(3600)), 5);
     }
 
     #[test]
     fn an_entry_exactly_window_old_has_expired() {
-        let history = [e(0, 6)];
+        let history = [e(0, 6), e(0, 1)];
         assert_eq!(stabilized(1, 6, &history, 300, t(299)), 6);
         assert_eq!(stabilized(1, 6, &history, 300, t(300)), 1);
     }
@@ -143,10 +181,21 @@ mod tests {
     #[test]
     fn record_prunes_expired_and_dominated_entries() {
         let history = [e(0, 9), e(10, 5), e(20, 7)];
-        // At 305 the entry from 0 has expired; 5@10 is dominated by the younger 7@20.
-        assert_eq!(record(&history, e(305, 3), 300), vec![e(20, 7), e(305, 3)]);
+        // At 305 the entry from 0 has expired; 5@10 is dominated by the younger 7, which was in
+        // force until now.
+        assert_eq!(record(&history, e(305, 3), 300), vec![e(305, 7), e(305, 3)]);
         // A new maximum dominates everything older.
         assert_eq!(record(&history, e(30, 9), 300), vec![e(30, 9)]);
+    }
+
+    #[test]
+    fn a_steady_recommendation_leaves_the_history_unchanged() {
+        let history = vec![e(0, 9), e(10, 4)];
+        assert_eq!(record(&history, e(20, 4), 300), history);
+        assert_eq!(record(&history, e(299, 4), 300), history);
+        // Only the expiry of the older entry changes it, once.
+        assert_eq!(record(&history, e(300, 4), 300), vec![e(10, 4)]);
+        assert_eq!(record(&[e(10, 4)], e(5000, 4), 300), vec![e(10, 4)]);
     }
 
     #[test]
@@ -168,5 +217,10 @@ mod tests {
                 "at {now}: compacted {compact} < exact {full}"
             );
         }
+        // Compaction never folds an older, larger value into the one in force.
+        let last = history.last().unwrap();
+        assert_eq!(last.replicas, 2000 - 999);
+        let steady = record(&history, e(9000, last.replicas), window);
+        assert_eq!(stabilized(0, 5000, &steady, window, t(9000)), last.replicas);
     }
 }
