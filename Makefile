@@ -18,6 +18,7 @@ bench: ## Benchmarks (numbers as ratios from one run; never part of make test)
 	tests/cluster/up.sh
 	cargo bench --locked --bench policies
 	cargo bench --locked --bench extmetrics
+	cargo bench --locked --bench operator
 
 demo: ## A simulated vLLM fleet scaled live by the operator; a plot of the run at the end (Ctrl-C ends early)
 	scripts/demo.sh

@@ -9,6 +9,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod support;
+
+use support::{cluster_client, cpu_time, kubeconfig_path};
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -39,24 +43,6 @@ const ROLE: &str = "LLMSCALER_BENCH_ROLE";
 const BENCH_NAMESPACE: &str = "llmscaler-bench";
 const SERVICE: &str = "llmscaleoperator";
 const ONE_METRIC: &str = "/apis/external.metrics.k8s.io/v1beta1/namespaces/ns-3/kv-cache?labelSelector=llmscaler%3Dscaler-43";
-
-fn kubeconfig_path() -> std::path::PathBuf {
-    std::env::var_os("KUBECONFIG").map_or_else(
-        || std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/cluster/kubeconfig"),
-        std::path::PathBuf::from,
-    )
-}
-
-/// The local control plane (`make bench` starts it).
-async fn cluster_client() -> kube::Client {
-    let path = kubeconfig_path();
-    let kubeconfig = kube::config::Kubeconfig::read_from(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (make cluster-up)", path.display()));
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    kube::Client::try_from(config).unwrap()
-}
 
 fn main() {
     llmscaleoperator::tls::install_crypto_provider().unwrap();
@@ -190,17 +176,6 @@ struct Run {
     per_second: f64,
     /// Server CPU time (user + system) per request.
     server_cpu: Duration,
-}
-
-/// User + system CPU time of a process so far.
-fn cpu_time(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let rest = &stat[stat.rfind(')').unwrap() + 2..];
-    let fields: Vec<&str> = rest.split(' ').collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    let hz = 100; // USER_HZ on Linux
-    Duration::from_millis(ticks * 1000 / hz)
 }
 
 async fn connect(

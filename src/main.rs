@@ -62,6 +62,13 @@ struct RunArgs {
     #[arg(long, env = "LLMSCALER_NAMESPACE", value_delimiter = ',')]
     namespace: Vec<String>,
 
+    /// Hosts a scaler's serverAddress may name (comma-separated or repeated): a host, a wildcard
+    /// domain like *.monitoring.svc, or *, each optionally with :port. Default: any address.
+    /// Whoever can create an LLMScaler makes the operator call its serverAddress; this narrows
+    /// where those requests can go.
+    #[arg(long, env = "LLMSCALER_ALLOWED_SERVER_ADDRESS", value_delimiter = ',')]
+    allowed_server_address: Vec<String>,
+
     /// Address for /healthz, /readyz and the operator's own /metrics.
     #[arg(long, env = "LLMSCALER_HEALTH_ADDRESS", default_value = "0.0.0.0:8081")]
     health_address: SocketAddr,
@@ -184,6 +191,8 @@ struct RunArgs {
 #[derive(Debug, Error)]
 enum MainError {
     #[error(transparent)]
+    AllowList(#[from] signals::allow::AllowError),
+    #[error(transparent)]
     Tls(#[from] tls::TlsError),
     #[error(transparent)]
     Telemetry(#[from] TelemetryError),
@@ -238,6 +247,7 @@ fn run(args: RunArgs) -> Result<(), MainError> {
 }
 
 async fn run_async(args: RunArgs) -> Result<(), MainError> {
+    let allowed = signals::allow::AllowList::parse(&args.allowed_server_address)?;
     let config = client_config(&args).await?;
     let url = config.cluster_url.to_string();
     let client = Client::try_from(config).map_err(|e| MainError::Config(e.to_string()))?;
@@ -311,6 +321,7 @@ async fn run_async(args: RunArgs) -> Result<(), MainError> {
         http: signals::http::client()?,
         instance: std::env::var("POD_NAME").ok(),
         leadership,
+        allowed,
     };
     controller::run(client, scope, shared, shutdown.clone()).await;
     shutdown.cancel();

@@ -216,6 +216,91 @@ fn invalid_cases() -> Vec<Case> {
                 "customProvider is required when metricProvider is Custom: set customProvider.serviceId",
             ],
         },
+        Case {
+            what: "no targetRef",
+            spec: with(valid_spec(), "/targetRef", Value::Null),
+            expect: vec!["spec.targetRef", "Required value"],
+        },
+        Case {
+            what: "an empty targetRef.kind",
+            spec: with(valid_spec(), "/targetRef/kind", json!("")),
+            expect: vec!["spec.targetRef.kind", "at least 1 chars long"],
+        },
+        Case {
+            what: "an empty targetRef.name",
+            spec: with(valid_spec(), "/targetRef/name", json!("")),
+            expect: vec!["spec.targetRef.name", "at least 1 chars long"],
+        },
+        Case {
+            what: "no serverAddress",
+            spec: with(valid_spec(), "/serverAddress", Value::Null),
+            expect: vec!["spec.serverAddress", "Required value"],
+        },
+        Case {
+            what: "a serverAddress longer than 2048 bytes",
+            spec: with(
+                valid_spec(),
+                "/serverAddress",
+                json!(format!("http://p/{}", "a".repeat(2100))),
+            ),
+            expect: vec!["spec.serverAddress", "Too long"],
+        },
+        Case {
+            what: "seventeen metrics",
+            spec: with(
+                valid_spec(),
+                "/metrics",
+                json!(
+                    (0..17)
+                        .map(
+                            |i| json!({ "name": format!("m{i}"), "query": "avg(x)", "target": "1" })
+                        )
+                        .collect::<Vec<_>>()
+                ),
+            ),
+            expect: vec!["spec.metrics", "Too many"],
+        },
+        Case {
+            what: "an empty query",
+            spec: with(valid_spec(), "/metrics/0/query", json!("")),
+            expect: vec!["spec.metrics[0].query", "at least 1 chars long"],
+        },
+        Case {
+            what: "Custom with an empty serviceId",
+            spec: with(
+                with(valid_spec(), "/metricProvider", json!("Custom")),
+                "/customProvider",
+                json!({ "serviceId": "" }),
+            ),
+            expect: vec!["spec.customProvider.serviceId", "at least 1 chars long"],
+        },
+        Case {
+            what: "a decision path longer than 1024 bytes",
+            spec: with(
+                with(valid_spec(), "/metricProvider", json!("Custom")),
+                "/customProvider",
+                json!({ "serviceId": "svc", "path": "p/".repeat(600) }),
+            ),
+            expect: vec!["spec.customProvider.path", "Too long"],
+        },
+        Case {
+            what: "an unknown scaleDown.behavior",
+            spec: with(valid_spec(), "/scaleDown", json!({ "behavior": "Random" })),
+            expect: vec!["spec.scaleDown.behavior", "Unsupported value"],
+        },
+        Case {
+            what: "syncPeriodSeconds written as a duration",
+            spec: with(valid_spec(), "/syncPeriodSeconds", json!("15s")),
+            expect: vec!["spec.syncPeriodSeconds", "must be of type integer"],
+        },
+        Case {
+            what: "a negative retryPeriodSeconds",
+            spec: with(valid_spec(), "/retryPeriodSeconds", json!(-5)),
+            expect: vec![
+                "spec.retryPeriodSeconds",
+                "should be greater than or equal to 1",
+            ],
+        },
     ];
     for bad in ["-1", "NaN", "abc", "", "1e3", "Inf"] {
         cases.push(Case {
@@ -259,7 +344,13 @@ async fn invalid_specs_are_rejected_with_a_message_naming_the_field() {
     let api = dynamic_api(&client, &ns);
 
     let mut failures = Vec::new();
-    for (i, case) in invalid_cases().into_iter().enumerate() {
+    let cases = invalid_cases();
+    assert!(
+        cases.len() >= 30,
+        "the table holds {} invalid specs",
+        cases.len()
+    );
+    for (i, case) in cases.into_iter().enumerate() {
         let spec_text = case.spec.to_string();
         match api
             .create(

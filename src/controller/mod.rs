@@ -36,6 +36,7 @@ pub struct Context {
     pub metrics: Metrics,
     /// Only the leader writes; the others evaluate and keep the metric cache current.
     pub leadership: crate::leader::Leadership,
+    pub allowed: crate::signals::allow::AllowList,
     /// (topic, scaler uid) pairs already told once.
     told: std::sync::Mutex<std::collections::HashSet<(&'static str, String)>>,
     /// Scaler uids known to have left no deletion-cost marks behind. Unknown (e.g. after a
@@ -136,6 +137,8 @@ pub struct Shared {
     pub instance: Option<String>,
     /// Whether this replica may write (always, without leader election).
     pub leadership: crate::leader::Leadership,
+    /// Where serverAddress may point (`--allowed-server-address`).
+    pub allowed: crate::signals::allow::AllowList,
 }
 
 /// Runs the LLMScaler controller until `shutdown` fires: one controller per watched namespace
@@ -166,6 +169,7 @@ async fn run_one(
         cache: shared.cache,
         metrics: shared.metrics,
         leadership: shared.leadership,
+        allowed: shared.allowed,
         told: Default::default(),
         unmarked: Default::default(),
         client,

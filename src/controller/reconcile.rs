@@ -186,6 +186,13 @@ async fn sync(
             }
         })?;
 
+    // Before any request: the address may be somewhere the operator must not call.
+    ctx.allowed
+        .check(&spec.server_address)
+        .map_err(|e| Failure {
+            reason: "ServerAddressNotAllowed",
+            message: e.to_string(),
+        })?;
     let signal = match spec.metric_provider {
         MetricProvider::Prometheus => Signal::Ratio(read_metrics(scaler, ctx, namespace).await?),
         MetricProvider::Custom => Signal::Absolute(read_decision(scaler, ctx, namespace).await?),

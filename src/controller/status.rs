@@ -125,7 +125,10 @@ fn scaling_active(decision: &Decision) -> (bool, &'static str, String) {
                 return (
                     false,
                     "NoUsableMetric",
-                    "no metric could be measured; the replica count is held".to_owned(),
+                    format!(
+                        "no metric could be measured ({}); the replica count is held",
+                        skipped(decision)
+                    ),
                 );
             }
             Reason::Held(HoldReason::SignalUnavailable(why)) => {
@@ -144,6 +147,21 @@ fn scaling_active(decision: &Decision) -> (bool, &'static str, String) {
         "ValidMetric",
         format!("the signal recommends {recommended} replicas"),
     )
+}
+
+/// Why each metric was skipped, as "name: reason; ...", bounded so a condition stays readable.
+fn skipped(decision: &Decision) -> String {
+    const MAX_CHARS: usize = 512;
+    let mut text = decision
+        .metrics
+        .iter()
+        .filter_map(|m| Some(format!("{}: {}", m.name, m.recommendation.as_ref().err()?)))
+        .collect::<Vec<_>>()
+        .join("; ");
+    if text.chars().count() > MAX_CHARS {
+        text = text.chars().take(MAX_CHARS).collect::<String>() + "…";
+    }
+    text
 }
 
 fn scaling_limited(decision: &Decision) -> (bool, &'static str, String) {

@@ -83,3 +83,57 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A Kubernetes quantity as the HPA reads one: an optional sign, digits with at most one
+    /// point, then a decimal suffix or an exponent.
+    fn parse_quantity(text: &str) -> Option<f64> {
+        let (number, factor) = if let Some((mantissa, exponent)) = text.split_once(['e', 'E']) {
+            (mantissa, 10f64.powi(exponent.parse::<i32>().ok()?))
+        } else {
+            let digits_end = text
+                .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+'))
+                .unwrap_or(text.len());
+            let factor = match &text[digits_end..] {
+                "" => 1.0,
+                "m" => 1e-3,
+                "u" => 1e-6,
+                "n" => 1e-9,
+                "k" => 1e3,
+                "M" => 1e6,
+                "G" => 1e9,
+                "T" => 1e12,
+                "P" => 1e15,
+                "E" => 1e18,
+                _ => return None,
+            };
+            (&text[..digits_end], factor)
+        };
+        Some(number.parse::<f64>().ok()? * factor)
+    }
+
+    proptest! {
+        #[test]
+        fn every_finite_value_is_a_quantity_that_reads_back_to_its_precision(value in any::<f64>()) {
+            match format_quantity(value) {
+                Ok(text) => {
+                    prop_assert!(value.is_finite());
+                    prop_assert!(text.len() <= 32, "{text} is longer than a quantity needs");
+                    let read = parse_quantity(&text);
+                    prop_assert!(read.is_some(), "{text} is not a quantity");
+                    let read = read.unwrap();
+                    // Exact to a nano or to nine significant digits, whichever is coarser; beyond
+                    // 2^53 the exponent form keeps seven significant digits.
+                    let relative = if value.abs() >= 9.007_199_254_740_992e15 { 1e-6 } else { 1e-9 };
+                    let tolerance = 1e-9_f64.max(value.abs() * relative);
+                    prop_assert!((read - value).abs() <= tolerance, "{value} written {text} reads {read}");
+                }
+                Err(NotAQuantity(v)) => prop_assert!(!v.is_finite()),
+            }
+        }
+    }
+}

@@ -210,3 +210,42 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn arbitrary_text_never_panics_and_an_error_names_the_selector(text in "\\PC{0,64}") {
+            match LabelSelector::parse(&text) {
+                Ok(selector) => {
+                    // Whatever parsed can be evaluated against any label set.
+                    let labels = BTreeMap::from([("llmscaler".to_owned(), "a".to_owned())]);
+                    let _ = selector.matches(&labels);
+                }
+                Err(e) => prop_assert_eq!(e.selector, text),
+            }
+        }
+
+        #[test]
+        fn grammar_shaped_text_never_panics(
+            parts in proptest::collection::vec(
+                prop_oneof![
+                    "[a-z]{1,5}",
+                    "!?[a-z]{1,5}",
+                    "[a-z]{1,5} ?(=|==|!=) ?[a-z0-9]{0,5}",
+                    "[a-z]{1,5} (in|notin) \\(([a-z]{0,3}(, ?)?){0,3}\\)?",
+                    "[(),=! ]{0,4}",
+                ],
+                0..5,
+            )
+        ) {
+            let text = parts.join(",");
+            if let Ok(selector) = LabelSelector::parse(&text) {
+                let _ = selector.matches(&BTreeMap::new());
+            }
+        }
+    }
+}

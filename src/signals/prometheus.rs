@@ -300,3 +300,42 @@ mod tests {
         assert_eq!(series[1].value, 2.5);
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic_and_never_give_a_value(
+            status in any::<u16>(),
+            body in proptest::collection::vec(any::<u8>(), 0..1024),
+        ) {
+            prop_assert!(single_value(status, &body).is_err());
+            prop_assert!(vector(status, &body).is_err());
+        }
+
+        #[test]
+        fn a_value_comes_only_from_one_sample_of_a_successful_vector(
+            http_status in prop_oneof![Just(200u16), 400u16..600],
+            status in prop_oneof![Just("success".to_owned()), "[a-z]{0,8}"],
+            result_type in prop_oneof![Just("vector".to_owned()), Just("matrix".to_owned()), Just("string".to_owned()), "[a-z]{0,6}"],
+            sample in prop_oneof![any::<f64>().prop_map(|f| f.to_string()), Just("NaN".to_owned()), Just("+Inf".to_owned()), ".{0,8}"],
+            copies in 0usize..3,
+        ) {
+            let series = json!({ "metric": { "pod": "p" }, "value": [1.0, sample] });
+            let body = json!({ "status": status, "data": { "resultType": result_type, "result": vec![series; copies] } })
+                .to_string();
+            if let Ok(value) = single_value(http_status, body.as_bytes()) {
+                prop_assert_eq!(http_status, 200);
+                prop_assert_eq!(status.as_str(), "success");
+                prop_assert_eq!(result_type.as_str(), "vector");
+                prop_assert_eq!(copies, 1);
+                let expected: f64 = sample.parse().unwrap();
+                prop_assert!(value == expected || (value.is_nan() && expected.is_nan()));
+            }
+        }
+    }
+}

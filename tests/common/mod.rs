@@ -166,6 +166,46 @@ impl Operator {
 
     /// The controller responsible for `scope`.
     pub fn start_scoped(client: &Client, scope: llmscaleoperator::controller::Scope) -> Self {
+        Self::start_with(
+            client,
+            scope,
+            llmscaleoperator::signals::http::client().unwrap(),
+        )
+    }
+
+    /// The controller for one namespace, asking its signal sources with this per-request timeout.
+    pub fn start_with_timeout(client: &Client, namespace: &str, timeout: Duration) -> Self {
+        Self::start_with(
+            client,
+            llmscaleoperator::controller::Scope::namespaces([namespace.to_owned()]),
+            llmscaleoperator::signals::http::client_with_timeout(timeout).unwrap(),
+        )
+    }
+
+    /// The controller for one namespace, calling only the server addresses `allowed` permits.
+    pub fn start_allowing(client: &Client, namespace: &str, allowed: &[&str]) -> Self {
+        Self::start_with_allow_list(
+            client,
+            llmscaleoperator::controller::Scope::namespaces([namespace.to_owned()]),
+            llmscaleoperator::signals::http::client().unwrap(),
+            llmscaleoperator::signals::allow::AllowList::parse(allowed).unwrap(),
+        )
+    }
+
+    fn start_with(
+        client: &Client,
+        scope: llmscaleoperator::controller::Scope,
+        http: reqwest::Client,
+    ) -> Self {
+        Self::start_with_allow_list(client, scope, http, Default::default())
+    }
+
+    fn start_with_allow_list(
+        client: &Client,
+        scope: llmscaleoperator::controller::Scope,
+        http: reqwest::Client,
+        allowed: llmscaleoperator::signals::allow::AllowList,
+    ) -> Self {
         use llmscaleoperator::controller::{self, Shared};
         let shutdown = tokio_util::sync::CancellationToken::new();
         let cache = llmscaleoperator::signals::cache::MetricCache::default();
@@ -173,9 +213,10 @@ impl Operator {
         let shared = Shared {
             cache: cache.clone(),
             metrics: metrics.clone(),
-            http: llmscaleoperator::signals::http::client().unwrap(),
+            http,
             instance: Some(format!("test-{}", scope.describe())),
             leadership: llmscaleoperator::leader::Leadership::always(),
+            allowed,
         };
         let task = tokio::spawn(controller::run(
             client.clone(),

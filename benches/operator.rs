@@ -1,0 +1,729 @@
+//! `make bench`: what the operator itself costs, and how fast it reacts.
+//!
+//! Cost: the release binary runs as a process of its own against the local control plane with
+//! 100, 1,000 and 5,000 LLMScalers, each scaling its own Deployment on a steady metric served by a
+//! loopback stand-in for Prometheus. Over one minute at each size it reads the operator's CPU
+//! time, resident and peak memory (/proc), the apiserver requests per sync (kube-apiserver's own
+//! `apiserver_request_total`, reads and writes apart, on the resources the operator uses) and the
+//! PromQL queries per sync.
+//!
+//! Reaction: one scaler on a 2 s sync period; the metric steps up and down 50 times, each at a
+//! random phase of the sync timer; the time from the step to spec.replicas written, p50 and p99,
+//! as a ratio of the sync period. The stand-in answers with the new value at once, so this is the
+//! operator's own delay; behind a real Prometheus add its scrape interval.
+//!
+//! The control plane runs without kube-controller-manager (the minimal profile) and the bench
+//! plays the Deployment controller by writing each Deployment's status, so every request on those
+//! resources during a measurement is the operator's.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::routing::get;
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use llmscaleoperator::api::LLMScaler;
+use serde_json::json;
+use support::{cluster_client, cpu_time, kubeconfig_path, memory_kib};
+
+const COST_NAMESPACE: &str = "llmscaler-cost";
+const REACTION_NAMESPACE: &str = "llmscaler-reaction";
+const SIZES: [usize; 3] = [100, 1_000, 5_000];
+const WINDOW: Duration = Duration::from_secs(60);
+/// The default syncPeriodSeconds, which the cost scalers keep.
+const SYNC_PERIOD: Duration = Duration::from_secs(15);
+const REACTION_PERIOD_SECONDS: u64 = 2;
+const STEPS: usize = 50;
+const CREATE_CONCURRENCY: usize = 32;
+/// The resources the operator reads or writes. Leases are left out: the operator runs without
+/// leader election here, and kube-apiserver renews leases of its own every few seconds.
+const OPERATOR_RESOURCES: [&str; 6] = [
+    "llmscalers",
+    "deployments",
+    "statefulsets",
+    "leaderworkersets",
+    "pods",
+    "events",
+];
+
+fn main() {
+    llmscaleoperator::tls::install_crypto_provider().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(run());
+}
+
+async fn run() {
+    let profile =
+        std::fs::read_to_string(kubeconfig_path().with_file_name("profile")).unwrap_or_default();
+    assert!(
+        profile.trim() != "full",
+        "the operator benchmark needs the minimal control plane (no kube-controller-manager \
+         writing Deployments): run `make cluster-down` first, then `make bench`"
+    );
+    let client = cluster_client().await;
+    install_crd(&client).await;
+
+    let cost_prometheus = StandIn::start(1.0).await;
+    let reaction_prometheus = StandIn::start(1.0).await;
+    let operator = OperatorProcess::start().await;
+    println!(
+        "operator pid {} (log: {})",
+        operator.pid(),
+        operator.log.display()
+    );
+
+    let reaction = reaction(&client, &operator, &reaction_prometheus).await;
+
+    let mut rows = Vec::new();
+    let mut created = 0;
+    fresh_namespace(&client, COST_NAMESPACE).await;
+    for size in SIZES {
+        let started = Instant::now();
+        grow(&client, created, size, &cost_prometheus.url).await;
+        created = size;
+        wait_synced(&client, COST_NAMESPACE, size).await;
+        println!(
+            "{size} scalers created and synced in {:.0} s; settling one sync period, then measuring {} s",
+            started.elapsed().as_secs_f64(),
+            WINDOW.as_secs()
+        );
+        tokio::time::sleep(SYNC_PERIOD + Duration::from_secs(2)).await;
+        let before = Reading::take(&client, &operator, &cost_prometheus).await;
+        tokio::time::sleep(WINDOW).await;
+        let after = Reading::take(&client, &operator, &cost_prometheus).await;
+        let row = Row::between(size, &before, &after, &operator);
+        println!("{}", row.line());
+        rows.push(row);
+    }
+    clear(&client, COST_NAMESPACE).await;
+    clear(&client, REACTION_NAMESPACE).await;
+
+    let report = report(&rows, &reaction);
+    println!("\n{report}");
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("operator.md"), &report).unwrap();
+    println!("written to target/bench/operator.md");
+}
+
+// ---------------------------------------------------------------- the operator under test
+
+/// The release binary as a child process; killed when dropped.
+struct OperatorProcess {
+    child: Child,
+    metrics_url: String,
+    log: std::path::PathBuf,
+    http: reqwest::Client,
+}
+
+impl OperatorProcess {
+    async fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench");
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("operator-bench.log");
+        let file = std::fs::File::create(&log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_llmscaleoperator"))
+            .arg("--kubeconfig")
+            .arg(kubeconfig_path())
+            .args(["--health-address", &format!("127.0.0.1:{port}")])
+            .args(["--disable-extmetrics", "--log-level", "warn"])
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .unwrap();
+        let operator = Self {
+            child,
+            metrics_url: format!("http://127.0.0.1:{port}/metrics"),
+            log,
+            http: reqwest::Client::new(),
+        };
+        let ready = format!("http://127.0.0.1:{port}/readyz");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(r) = operator.http.get(&ready).send().await
+                && r.status().is_success()
+            {
+                break operator;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the operator did not become ready within 60 s; see {}",
+                operator.log.display()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Syncs so far, all scalers and results together.
+    async fn syncs(&self) -> f64 {
+        let text = self
+            .http
+            .get(&self.metrics_url)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .filter(|l| l.starts_with("llmscaler_syncs_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+}
+
+impl Drop for OperatorProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ---------------------------------------------------------------- Prometheus stand-in
+
+/// Answers every instant query with one sample of a settable value, and counts the queries.
+struct StandIn {
+    url: String,
+    value: Arc<AtomicU64>,
+    queries: Arc<AtomicU64>,
+}
+
+#[derive(Clone)]
+struct StandInState {
+    value: Arc<AtomicU64>,
+    queries: Arc<AtomicU64>,
+}
+
+impl StandIn {
+    async fn start(value: f64) -> Self {
+        let state = StandInState {
+            value: Arc::new(AtomicU64::new(value.to_bits())),
+            queries: Arc::new(AtomicU64::new(0)),
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let app = axum::Router::new()
+            .route("/api/v1/query", get(answer).post(answer))
+            .with_state(state.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self {
+            url,
+            value: state.value,
+            queries: state.queries,
+        }
+    }
+
+    fn set(&self, value: f64) {
+        self.value.store(value.to_bits(), Ordering::SeqCst);
+    }
+
+    fn queries(&self) -> u64 {
+        self.queries.load(Ordering::SeqCst)
+    }
+}
+
+async fn answer(State(state): State<StandInState>) -> impl axum::response::IntoResponse {
+    state.queries.fetch_add(1, Ordering::SeqCst);
+    let value = f64::from_bits(state.value.load(Ordering::SeqCst));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    axum::Json(json!({
+        "status": "success",
+        "data": { "resultType": "vector", "result": [ { "metric": {}, "value": [now, value.to_string()] } ] }
+    }))
+}
+
+// ---------------------------------------------------------------- objects
+
+async fn install_crd(client: &kube::Client) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("config/crd/bases/autoscaling.modelsphere.dev_llmscalers.yaml");
+    let crd: CustomResourceDefinition =
+        serde_norway::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.patch(
+        "llmscalers.autoscaling.modelsphere.dev",
+        &PatchParams::apply("llmscaler-bench").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let established = crds
+            .get("llmscalers.autoscaling.modelsphere.dev")
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.conditions)
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            });
+        if established {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the CRD was not established");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The namespace, emptied of what an earlier run left. Namespaces are reused rather than
+/// deleted: without kube-controller-manager a deleted namespace never finishes terminating.
+async fn fresh_namespace(client: &kube::Client, name: &str) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(json!({ "metadata": { "name": name } })).unwrap();
+    match namespaces.create(&PostParams::default(), &ns).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => clear(client, name).await,
+        Err(e) => panic!("namespace {name}: {e}"),
+    }
+}
+
+/// Deletes the scalers and Deployments of a namespace and waits until they are gone.
+async fn clear(client: &kube::Client, namespace: &str) {
+    let scalers: Api<LLMScaler> = Api::namespaced(client.clone(), namespace);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    let all = ListParams::default();
+    scalers
+        .delete_collection(&DeleteParams::default(), &all)
+        .await
+        .unwrap();
+    deployments
+        .delete_collection(&DeleteParams::default(), &all)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let left = scalers.list_metadata(&all).await.unwrap().items.len()
+            + deployments.list_metadata(&all).await.unwrap().items.len();
+        if left == 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{left} objects left in {namespace}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn deployment(name: &str, replicas: i32) -> Deployment {
+    serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": { "name": name },
+        "spec": {
+            "replicas": replicas,
+            "selector": { "matchLabels": { "app": name } },
+            "template": {
+                "metadata": { "labels": { "app": name } },
+                "spec": { "containers": [ { "name": "vllm", "image": "registry.k8s.io/pause:3.10" } ] }
+            }
+        }
+    }))
+    .unwrap()
+}
+
+/// Plays the Deployment controller: every replica of the current template is ready.
+async fn settle(deployments: &Api<Deployment>, name: &str, replicas: i32) {
+    let generation = deployments
+        .get(name)
+        .await
+        .unwrap()
+        .metadata
+        .generation
+        .unwrap_or(1);
+    let status = json!({ "status": {
+        "observedGeneration": generation, "replicas": replicas, "updatedReplicas": replicas,
+        "readyReplicas": replicas, "availableReplicas": replicas
+    }});
+    deployments
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+}
+
+fn scaler(name: &str, target: &str, server: &str, extra: serde_json::Value) -> LLMScaler {
+    let mut spec = json!({
+        "targetRef": { "apiVersion": "apps/v1", "kind": "Deployment", "name": target },
+        "serverAddress": server,
+        "minReplicas": 1, "maxReplicas": 4,
+        "metrics": [ {
+            "name": "kv-cache",
+            "query": format!("avg(vllm:kv_cache_usage_perc{{namespace=\"bench\", app=\"{target}\"}})"),
+            "target": "1"
+        } ],
+    });
+    spec.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    serde_json::from_value(json!({
+        "apiVersion": "autoscaling.modelsphere.dev/v1alpha1", "kind": "LLMScaler",
+        "metadata": { "name": name }, "spec": spec
+    }))
+    .unwrap()
+}
+
+/// Adds scalers `from..to`, each with its own ready one-replica Deployment and a stabilization
+/// window, so a steady scaler keeps a recommendation history in its status.
+async fn grow(client: &kube::Client, from: usize, to: usize, server: &str) {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), COST_NAMESPACE);
+    let scalers: Api<LLMScaler> = Api::namespaced(client.clone(), COST_NAMESPACE);
+    futures::stream::iter(from..to)
+        .map(|i| {
+            let (deployments, scalers) = (&deployments, &scalers);
+            async move {
+                let name = format!("model-{i}");
+                deployments
+                    .create(&PostParams::default(), &deployment(&name, 1))
+                    .await
+                    .unwrap();
+                settle(deployments, &name, 1).await;
+                let extra = json!({ "scaleDown": { "stabilizationWindowSeconds": 180 } });
+                scalers
+                    .create(&PostParams::default(), &scaler(&name, &name, server, extra))
+                    .await
+                    .unwrap();
+            }
+        })
+        .buffer_unordered(CREATE_CONCURRENCY)
+        .collect::<Vec<()>>()
+        .await;
+}
+
+/// Waits until every scaler of the namespace has reported a sync that decided 1 replica.
+async fn wait_synced(client: &kube::Client, namespace: &str, count: usize) {
+    let scalers: Api<LLMScaler> = Api::namespaced(client.clone(), namespace);
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let list = scalers.list(&ListParams::default()).await.unwrap();
+        let synced = list
+            .items
+            .iter()
+            .filter(|s| {
+                s.status.as_ref().is_some_and(|st| {
+                    st.desired_replicas == 1
+                        && st
+                            .conditions
+                            .iter()
+                            .any(|c| c.type_ == "Ready" && c.status == "True")
+                })
+            })
+            .count();
+        if synced >= count {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {synced} of {count} scalers synced within 10 minutes"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+// ---------------------------------------------------------------- cost
+
+/// Counters read at one instant.
+struct Reading {
+    at: Instant,
+    cpu: Duration,
+    syncs: f64,
+    queries: u64,
+    /// apiserver_request_total on the operator's resources, by verb.
+    requests: BTreeMap<String, f64>,
+}
+
+impl Reading {
+    async fn take(client: &kube::Client, operator: &OperatorProcess, prometheus: &StandIn) -> Self {
+        let text = client
+            .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
+            .await
+            .unwrap();
+        Self {
+            at: Instant::now(),
+            cpu: cpu_time(operator.pid()),
+            syncs: operator.syncs().await,
+            queries: prometheus.queries(),
+            requests: requests_by_verb(&text),
+        }
+    }
+}
+
+/// Sums `apiserver_request_total` over the operator's resources, by verb.
+fn requests_by_verb(text: &str) -> BTreeMap<String, f64> {
+    let mut by_verb = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix("=\""))
+                .map(|v| v.trim_end_matches('"').to_owned())
+                .unwrap_or_default()
+        };
+        if !OPERATOR_RESOURCES.contains(&label("resource").as_str()) {
+            continue;
+        }
+        let value: f64 = value.trim().parse().unwrap_or(0.0);
+        *by_verb.entry(label("verb")).or_insert(0.0) += value;
+    }
+    by_verb
+}
+
+fn is_read(verb: &str) -> bool {
+    matches!(verb, "GET" | "LIST" | "WATCH")
+}
+
+struct Row {
+    scalers: usize,
+    syncs_per_minute: f64,
+    cpu_seconds_per_minute: f64,
+    cpu_ms_per_sync: f64,
+    rss_kib: u64,
+    peak_kib: u64,
+    reads_per_sync: f64,
+    writes_per_sync: f64,
+    queries_per_sync: f64,
+    /// Requests of the window by verb, for the notes.
+    verbs: BTreeMap<String, f64>,
+}
+
+impl Row {
+    fn between(scalers: usize, before: &Reading, after: &Reading, op: &OperatorProcess) -> Self {
+        let minutes = after.at.duration_since(before.at).as_secs_f64() / 60.0;
+        let syncs = (after.syncs - before.syncs).max(1.0);
+        let verbs: BTreeMap<String, f64> = after
+            .requests
+            .iter()
+            .map(|(verb, n)| {
+                (
+                    verb.clone(),
+                    n - before.requests.get(verb).copied().unwrap_or(0.0),
+                )
+            })
+            .filter(|(_, n)| *n > 0.0)
+            .collect();
+        let reads: f64 = verbs.iter().filter(|(v, _)| is_read(v)).map(|e| e.1).sum();
+        let writes: f64 = verbs.iter().filter(|(v, _)| !is_read(v)).map(|e| e.1).sum();
+        let cpu = after.cpu.saturating_sub(before.cpu).as_secs_f64();
+        Self {
+            scalers,
+            syncs_per_minute: syncs / minutes,
+            cpu_seconds_per_minute: cpu / minutes,
+            cpu_ms_per_sync: cpu * 1000.0 / syncs,
+            rss_kib: memory_kib(op.pid(), "VmRSS"),
+            peak_kib: memory_kib(op.pid(), "VmHWM"),
+            reads_per_sync: reads / syncs,
+            writes_per_sync: writes / syncs,
+            queries_per_sync: (after.queries - before.queries) as f64 / syncs,
+            verbs,
+        }
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "| {} | {:.0} | {:.2} | {:.3} | {:.1} | {:.1} | {:.4} | {:.4} | {:.2} |",
+            self.scalers,
+            self.syncs_per_minute,
+            self.cpu_seconds_per_minute,
+            self.cpu_ms_per_sync,
+            self.rss_kib as f64 / 1024.0,
+            self.peak_kib as f64 / 1024.0,
+            self.reads_per_sync,
+            self.writes_per_sync,
+            self.queries_per_sync,
+        )
+    }
+}
+
+// ---------------------------------------------------------------- reaction
+
+struct Reaction {
+    period: Duration,
+    latencies: Vec<Duration>,
+}
+
+impl Reaction {
+    fn quantile(&self, q: f64) -> Duration {
+        let mut sorted = self.latencies.clone();
+        sorted.sort();
+        let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+        sorted[rank - 1]
+    }
+}
+
+/// 50 metric steps, alternately up (1 -> 2 replicas) and down (2 -> 1), each at a random phase
+/// of the sync timer; the time from the step until spec.replicas holds the new count.
+async fn reaction(
+    client: &kube::Client,
+    operator: &OperatorProcess,
+    prometheus: &StandIn,
+) -> Reaction {
+    fresh_namespace(client, REACTION_NAMESPACE).await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), REACTION_NAMESPACE);
+    let scalers: Api<LLMScaler> = Api::namespaced(client.clone(), REACTION_NAMESPACE);
+    deployments
+        .create(&PostParams::default(), &deployment("model", 1))
+        .await
+        .unwrap();
+    settle(&deployments, "model", 1).await;
+    prometheus.set(1.0);
+    // maxReplicas 2 keeps a load of 2 per replica from compounding once the second is ready.
+    let extra = json!({ "syncPeriodSeconds": REACTION_PERIOD_SECONDS, "maxReplicas": 2 });
+    scalers
+        .create(
+            &PostParams::default(),
+            &scaler("model", "model", &prometheus.url, extra),
+        )
+        .await
+        .unwrap();
+    wait_synced(client, REACTION_NAMESPACE, 1).await;
+    let period = Duration::from_secs(REACTION_PERIOD_SECONDS);
+    println!(
+        "reaction: {STEPS} steps on a {}s sync period (operator pid {})",
+        period.as_secs(),
+        operator.pid()
+    );
+
+    // A fixed seed: the phases differ from step to step, and from run to run they are the same.
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut latencies = Vec::with_capacity(STEPS);
+    for step in 0..STEPS {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let phase = Duration::from_millis(seed % (REACTION_PERIOD_SECONDS * 1000));
+        tokio::time::sleep(phase).await;
+        // Per-replica load 2 on one replica wants two (and no more: maxReplicas); 0.5 on two
+        // wants one.
+        let (value, to) = if step % 2 == 0 { (2.0, 2) } else { (0.5, 1) };
+        prometheus.set(value);
+        let stepped = Instant::now();
+        let deadline = stepped + period * 10;
+        loop {
+            let replicas = deployments
+                .get("model")
+                .await
+                .unwrap()
+                .spec
+                .and_then(|s| s.replicas);
+            if replicas == Some(to) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "step {step}: spec.replicas still {replicas:?}, not {to}, after {:?}",
+                period * 10
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        latencies.push(stepped.elapsed());
+        settle(&deployments, "model", to).await;
+        // The next step starts from a fleet the operator has seen settle.
+        let deadline = Instant::now() + period * 10;
+        loop {
+            let current = scalers
+                .get("model")
+                .await
+                .unwrap()
+                .status
+                .map(|s| s.current_replicas);
+            if current == Some(to) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "step {step}: the scaler never saw {to} ready"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    Reaction { period, latencies }
+}
+
+// ---------------------------------------------------------------- report
+
+fn report(rows: &[Row], reaction: &Reaction) -> String {
+    let mut out = String::new();
+    writeln!(
+        out,
+        "## Operator cost (steady metric, sync period {} s, stabilization window 180 s)\n",
+        SYNC_PERIOD.as_secs()
+    )
+    .unwrap();
+    writeln!(out, "| scalers | syncs/min | CPU s/min | CPU ms/sync | RSS MiB | peak RSS MiB | apiserver reads/sync | apiserver writes/sync | PromQL queries/sync |").unwrap();
+    writeln!(
+        out,
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    )
+    .unwrap();
+    for row in rows {
+        writeln!(out, "{}", row.line()).unwrap();
+    }
+    if let (Some(first), Some(last)) = (rows.first(), rows.last()) {
+        let per_scaler = (last.rss_kib as f64 - first.rss_kib as f64)
+            / (last.scalers - first.scalers).max(1) as f64;
+        writeln!(
+            out,
+            "\nResident memory grows by {per_scaler:.1} KiB per scaler from {} to {} scalers (goal: < 10 KiB).",
+            first.scalers, last.scalers
+        )
+        .unwrap();
+    }
+    for row in rows {
+        writeln!(
+            out,
+            "Requests on the operator's resources in the {} scaler window: {:?}",
+            row.scalers, row.verbs
+        )
+        .unwrap();
+    }
+    let period = reaction.period.as_secs_f64();
+    let p50 = reaction.quantile(0.5).as_secs_f64();
+    let p99 = reaction.quantile(0.99).as_secs_f64();
+    writeln!(out, "\n## Reaction (metric step to spec.replicas written, {} steps, sync period {period:.0} s)\n", reaction.latencies.len()).unwrap();
+    writeln!(out, "| p50 | p99 | p50 / period | p99 / period |").unwrap();
+    writeln!(out, "| --- | --- | --- | --- |").unwrap();
+    writeln!(
+        out,
+        "| {:.0} ms | {:.0} ms | {:.2} | {:.2} |",
+        p50 * 1000.0,
+        p99 * 1000.0,
+        p50 / period,
+        p99 / period
+    )
+    .unwrap();
+    out
+}

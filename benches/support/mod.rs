@@ -1,0 +1,43 @@
+//! What the benchmarks share: the local control plane's client and readings of a process.
+
+use std::time::Duration;
+
+pub fn kubeconfig_path() -> std::path::PathBuf {
+    std::env::var_os("KUBECONFIG").map_or_else(
+        || std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/cluster/kubeconfig"),
+        std::path::PathBuf::from,
+    )
+}
+
+/// The local control plane (`make bench` starts it).
+pub async fn cluster_client() -> kube::Client {
+    let path = kubeconfig_path();
+    let kubeconfig = kube::config::Kubeconfig::read_from(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (make cluster-up)", path.display()));
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
+/// User + system CPU time of a process so far.
+pub fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    let hz = 100; // USER_HZ on Linux
+    Duration::from_millis(ticks * 1000 / hz)
+}
+
+/// A field of /proc/PID/status in KiB (VmRSS: resident now, VmHWM: the peak so far).
+#[allow(dead_code)] // not every benchmark reads memory
+pub fn memory_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("{field} missing from /proc/{pid}/status"))
+}
