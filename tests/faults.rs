@@ -330,3 +330,68 @@ async fn decision_server_faults_hold_the_fleet_and_the_first_good_answer_moves_i
     every_fault_holds_then_recovers(&env, &mut server, f64::from).await;
     env.done().await;
 }
+
+#[tokio::test]
+async fn another_writer_is_overruled_on_replicas_and_nothing_else() {
+    use kube::api::{Patch, PatchParams};
+    let env = Env::without_prometheus("faults-writers").await;
+    env.deployment("model", 2).await;
+    let server = FaultServer::start(Fault::Good(3.0)).await;
+    let _operator = Operator::start_with_timeout(&env.client, &env.ns, TIMEOUT);
+    env.scaler(
+        "faulty",
+        "model",
+        json!({
+            "metricProvider": "Custom",
+            "serverAddress": server.url(),
+            "customProvider": { "serviceId": SERVICE_ID, "namespace": "faults", "path": "decisions" },
+            "minReplicas": 1, "maxReplicas": 10
+        }),
+    )
+    .await;
+    env.wait_ready("model", 3).await;
+
+    // kubectl scale: the scale subresource.
+    env.deployments()
+        .patch_scale(
+            "model",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "replicas": 6 } })),
+        )
+        .await
+        .unwrap();
+    env.wait_ready("model", 3).await;
+
+    // A Helm upgrade: replicas and the pod template change together.
+    env.deployments()
+        .patch(
+            "model",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "replicas": 1, "template": { "metadata": {
+                "annotations": { "release": "v2" } } } } })),
+        )
+        .await
+        .unwrap();
+    env.wait_ready("model", 3).await;
+    env.stays("model", 3, Duration::from_secs(3)).await;
+    let template = env
+        .deployments()
+        .get("model")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .template;
+    assert_eq!(
+        template
+            .metadata
+            .unwrap()
+            .annotations
+            .unwrap_or_default()
+            .get("release")
+            .map(String::as_str),
+        Some("v2"),
+        "the upgrade's template change is kept"
+    );
+    env.done().await;
+}

@@ -179,7 +179,12 @@ async fn run_one(
     let forget = ctx.clone();
     let stream = reflector::reflector(
         writer,
-        watcher(scalers, watcher::Config::default().any_semantic()),
+        watcher(scalers, watcher::Config::default().any_semantic())
+            // Never read; on a big fleet a large share of each cached scaler.
+            .modify(|s| {
+                s.managed_fields_mut().clear();
+                s.annotations_mut().remove(targets::LAST_APPLIED);
+            }),
     )
     .default_backoff()
     .inspect(move |event| {

@@ -43,6 +43,26 @@ struct Watch {
     synced: tokio::sync::watch::Receiver<bool>,
 }
 
+/// Drops what a sync never reads and what makes up most of a workload object's size: managed
+/// fields, kubectl's copy of the last applied object, and the pod templates (a sync reads
+/// spec.replicas, spec.selector, status and metadata.generation).
+fn slim(object: &mut DynamicObject) {
+    object.managed_fields_mut().clear();
+    object.annotations_mut().remove(LAST_APPLIED);
+    if let Some(spec) = object
+        .data
+        .get_mut("spec")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        for bulky in ["template", "leaderWorkerTemplate", "volumeClaimTemplates"] {
+            spec.remove(bulky);
+        }
+    }
+}
+
+/// kubectl apply's copy of the whole object, kept in an annotation.
+pub(crate) const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
 /// The target caches of this process.
 pub struct TargetWatches {
     client: Client,
@@ -112,8 +132,7 @@ impl TargetWatches {
             writer,
             watcher(api, watcher::Config::default().any_semantic())
                 .default_backoff()
-                // Nobody reads them, and on big fleets they are most of each object's size.
-                .modify(|o| o.managed_fields_mut().clear()),
+                .modify(slim),
         );
         let kind = resource.kind.clone();
         let shutdown = self.shutdown.clone();
@@ -152,4 +171,38 @@ fn gvk(target_ref: &TargetRef) -> GroupVersionKind {
         None => ("", target_ref.api_version.as_str()),
     };
     GroupVersionKind::gvk(group, version, &target_ref.kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slim_keeps_what_a_sync_reads() {
+        let mut object: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": { "name": "m", "generation": 4,
+                "annotations": { LAST_APPLIED: "{...}", "keep": "me" },
+                "managedFields": [ { "manager": "kubectl" } ] },
+            "spec": { "replicas": 3, "selector": { "matchLabels": { "app": "m" } },
+                "template": { "spec": { "containers": [] } } },
+            "status": { "readyReplicas": 3, "observedGeneration": 4 }
+        }))
+        .unwrap();
+        slim(&mut object);
+        let data = &object.data;
+        assert_eq!(data.pointer("/spec/replicas"), Some(&serde_json::json!(3)));
+        assert!(data.pointer("/spec/selector/matchLabels/app").is_some());
+        assert!(data.pointer("/spec/template").is_none());
+        assert_eq!(
+            data.pointer("/status/readyReplicas"),
+            Some(&serde_json::json!(3))
+        );
+        assert_eq!(object.metadata.generation, Some(4));
+        assert!(object.managed_fields().is_empty());
+        assert_eq!(
+            object.annotations().keys().collect::<Vec<_>>(),
+            vec!["keep"]
+        );
+    }
 }
