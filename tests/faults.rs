@@ -45,7 +45,7 @@ impl Fault {
             Fault::Stopped => "failed",
             Fault::Slow => "timed out",
             Fault::Status500 => "HTTP 500",
-            Fault::Garbage => "JSON",
+            Fault::Garbage => "not valid JSON",
             Fault::Truncated => "failed",
             Fault::Huge => "larger than 4194304 bytes",
         }

@@ -512,6 +512,60 @@ async fn the_stabilization_history_survives_an_operator_restart() {
 }
 
 #[tokio::test]
+async fn a_recreated_target_does_not_inherit_the_old_targets_hold() {
+    let env = Env::new("recreated").await;
+    env.deployment("vllm", 3).await;
+    env.set("kv", 1.0).await;
+    let _operator = Operator::start(&env.client, &env.ns);
+    env.scaler(
+        "phoenix",
+        "vllm",
+        json!({
+            "minReplicas": 1, "maxReplicas": 10,
+            "metrics": [{ "query": env.query("kv"), "target": "1" }],
+            "scaleDown": { "stabilizationWindowSeconds": 300 }
+        }),
+    )
+    .await;
+    let first_uid = env.deployments().get("vllm").await.unwrap().uid().unwrap();
+    common::eventually("a history recorded for the first target", WAIT, || async {
+        let history = env
+            .scalers()
+            .get("phoenix")
+            .await
+            .ok()?
+            .status?
+            .recommendation_history?;
+        (history.target_uid.as_deref() == Some(first_uid.as_str())).then_some(())
+    })
+    .await;
+    env.set("kv", 0.2).await;
+    env.wait_event("phoenix", "ScaleDownStabilized", "held at 3")
+        .await;
+
+    // The Deployment is deleted and created again under the same name (a reinstall): its history
+    // was the old fleet's, so the new one follows the metric without waiting out 300 s.
+    env.deployments()
+        .delete("vllm", &Default::default())
+        .await
+        .unwrap();
+    common::eventually("the old Deployment to be gone", WAIT, || async {
+        env.deployments()
+            .get_opt("vllm")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    env.create_deployment("vllm", 3).await;
+    env.wait_ready("vllm", 1).await;
+    let second_uid = env.deployments().get("vllm").await.unwrap().uid().unwrap();
+    assert_ne!(first_uid, second_uid);
+    env.done().await;
+}
+
+#[tokio::test]
 async fn a_leaderworkerset_shaped_target_is_scaled_and_scale_down_waits_until_settled() {
     use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
     let env = Env::new("lws").await;

@@ -289,3 +289,68 @@ async fn a_mark_that_cannot_be_written_warns_and_the_scale_down_goes_ahead() {
     env.wait_ready("vllm", 1).await;
     env.done().await;
 }
+
+#[tokio::test]
+async fn deleting_a_scaler_removes_its_marks_and_only_its_marks() {
+    let env = Env::new("victims-deleted").await;
+    env.deployment("vllm", 3).await;
+    let names: Vec<String> = pod_names(&env, "vllm").await.into_iter().collect();
+    let api: Api<Pod> = Api::namespaced(env.client.clone(), &env.ns);
+    // A dry-run scaler syncs without touching pods, so the mark of a scale-down that never
+    // happened (written as the operator writes it) is still there when the scaler is deleted.
+    let ours = json!({ "apiVersion": "v1", "kind": "Pod", "metadata": { "name": names[0], "annotations": { COST: "-1" } } });
+    api.patch(
+        &names[0],
+        &PatchParams::apply("llmscaleoperator-victims"),
+        &Patch::Apply(ours),
+    )
+    .await
+    .unwrap();
+    let theirs = json!({ "metadata": { "annotations": { COST: "7" } } });
+    api.patch(&names[1], &PatchParams::default(), &Patch::Merge(theirs))
+        .await
+        .unwrap();
+    env.set("load", 1.0).await;
+    let _operator = Operator::start(&env.client, &env.ns);
+    env.scaler_annotated(
+        "gone",
+        "vllm",
+        json!({ "autoscaling.modelsphere.dev/dry-run": "true" }),
+        json!({
+            "minReplicas": 1, "maxReplicas": 3,
+            "metrics": [{ "query": env.query("load"), "target": "1" }]
+        }),
+    )
+    .await;
+    common::eventually("a dry-run sync", WAIT, || async {
+        let (status, _, _) = env.condition("gone", "Ready").await?;
+        (status == "True").then_some(())
+    })
+    .await;
+    env.stays("vllm", 3, Duration::from_secs(2)).await;
+    assert!(
+        api.get(&names[0])
+            .await
+            .unwrap()
+            .annotations()
+            .contains_key(COST),
+        "a dry run leaves the mark alone"
+    );
+
+    env.scalers()
+        .delete("gone", &Default::default())
+        .await
+        .unwrap();
+    common::eventually("the deleted scaler's mark to be removed", WAIT, || async {
+        let pod = api.get(&names[0]).await.ok()?;
+        (!pod.annotations().contains_key(COST)).then_some(())
+    })
+    .await;
+    let other = api.get(&names[1]).await.unwrap();
+    assert_eq!(
+        other.annotations().get(COST).map(String::as_str),
+        Some("7"),
+        "another writer's cost stays"
+    );
+    env.done().await;
+}

@@ -368,6 +368,10 @@ pub struct RecommendationHistory {
     /// metadata.uid of the scaler that recorded these entries; a recreated scaler with the same
     /// name starts afresh.
     pub uid: String,
+    /// metadata.uid of the target the entries were recorded for: a target deleted and recreated
+    /// under the same name starts afresh instead of inheriting its predecessor's hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_uid: Option<String>,
     /// Recommendations inside the stabilization window, oldest first.
     #[serde(default)]
     #[schemars(length(max = 128))]

@@ -220,7 +220,7 @@ async fn run_one(
 /// How long syncs in flight may take to finish once shutdown is asked for.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
-fn forget_scaler(ctx: &Context, scaler: &LLMScaler) {
+fn forget_scaler(ctx: &Arc<Context>, scaler: &LLMScaler) {
     let namespace = scaler.namespace().unwrap_or_default();
     let name = scaler.name_any();
     ctx.cache.remove(&ScalerKey {
@@ -229,6 +229,17 @@ fn forget_scaler(ctx: &Context, scaler: &LLMScaler) {
     });
     ctx.metrics.forget(&namespace, &name);
     tracing::info!(scaler = %name, namespace = %namespace, "LLMScaler deleted");
+    // Deletion-cost marks of a scale-down that never happened would steer the next scale-down of
+    // whoever scales the target now; the leader takes them away.
+    let uid = scaler.uid().unwrap_or_default();
+    if ctx.leadership.may_write() && ctx.may_have_marks(&uid) {
+        let ctx = ctx.clone();
+        let scaler = scaler.clone();
+        tokio::spawn(async move {
+            victims::clear_after_delete(&ctx, &scaler).await;
+            ctx.set_may_have_marks(&uid, false);
+        });
+    }
 }
 
 /// Upper bound on any single start-up call to the API server.

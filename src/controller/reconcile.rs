@@ -58,12 +58,14 @@ pub async fn reconcile(
         Ok(Synced {
             decision,
             target,
+            target_uid,
             wrote,
             notes: act_notes,
         }) => {
             let outcome = Outcome::Decided {
                 decision: &decision,
                 target: &target,
+                target_uid: &target_uid,
                 wrote,
             };
             // A standby keeps its cache (and so the external metrics it serves) current, and
@@ -146,6 +148,7 @@ pub async fn reconcile(
 struct Synced {
     decision: Decision,
     target: crate::scaling::TargetState,
+    target_uid: String,
     wrote: bool,
     /// Events of the act step (victim marks), published with the decision's own.
     notes: Vec<Note>,
@@ -198,6 +201,7 @@ async fn sync(
         MetricProvider::Custom => Signal::Absolute(read_decision(scaler, ctx, namespace).await?),
     };
     let uid = scaler.uid().unwrap_or_default();
+    let target_uid = object.uid().unwrap_or_default();
     let input = Input {
         signal,
         target: observed.clone(),
@@ -209,7 +213,7 @@ async fn sync(
             window_seconds: spec.scale_down.stabilization_window_seconds,
             max_step: spec.scale_down.max_step_replicas,
         },
-        history: status::stored_history(scaler.status.as_ref(), &uid),
+        history: status::stored_history(scaler.status.as_ref(), &uid, &target_uid),
         now,
     };
     let decision = decide(&input);
@@ -220,6 +224,7 @@ async fn sync(
         return Ok(Synced {
             decision,
             target: observed,
+            target_uid,
             wrote: false,
             notes: Vec::new(),
         });
@@ -255,6 +260,7 @@ async fn sync(
     Ok(Synced {
         decision,
         target: observed,
+        target_uid,
         wrote,
         notes,
     })

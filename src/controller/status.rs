@@ -18,6 +18,8 @@ pub enum Outcome<'a> {
     Decided {
         decision: &'a Decision,
         target: &'a TargetState,
+        /// metadata.uid of the target object read.
+        target_uid: &'a str,
         wrote: bool,
     },
     /// The sync stopped before a decision: `reason` is a CamelCase word, `message` the sentence.
@@ -61,6 +63,7 @@ pub fn render(
         Outcome::Decided {
             decision,
             target,
+            target_uid,
             wrote,
         } => {
             set(
@@ -82,17 +85,20 @@ pub fn render(
                 status.last_scale_time = Some(Time(now));
             }
             status.current_metrics = metric_statuses(previous, decision, now);
-            status.recommendation_history = history(scaler.uid, &decision.history);
+            status.recommendation_history = history(scaler.uid, target_uid, &decision.history);
         }
     }
     status
 }
 
-/// The stabilization history stored for `uid`; entries of another incarnation are ignored.
-pub fn stored_history(status: Option<&LLMScalerStatus>, uid: &str) -> Vec<Entry> {
+/// The stabilization history stored for this scaler and target; entries recorded for another
+/// incarnation of either are ignored (a history without a target uid predates the field and is
+/// taken as this target's).
+pub fn stored_history(status: Option<&LLMScalerStatus>, uid: &str, target_uid: &str) -> Vec<Entry> {
     status
         .and_then(|s| s.recommendation_history.as_ref())
         .filter(|h| h.uid == uid)
+        .filter(|h| h.target_uid.as_deref().is_none_or(|t| t == target_uid))
         .map(|h| {
             h.entries
                 .iter()
@@ -105,9 +111,10 @@ pub fn stored_history(status: Option<&LLMScalerStatus>, uid: &str) -> Vec<Entry>
         .unwrap_or_default()
 }
 
-fn history(uid: &str, entries: &[Entry]) -> Option<RecommendationHistory> {
+fn history(uid: &str, target_uid: &str, entries: &[Entry]) -> Option<RecommendationHistory> {
     (!entries.is_empty()).then(|| RecommendationHistory {
         uid: uid.to_owned(),
+        target_uid: Some(target_uid.to_owned()),
         entries: entries
             .iter()
             .map(|e| Recommendation {
@@ -328,6 +335,7 @@ mod tests {
             &Outcome::Decided {
                 decision: &d,
                 target: &target,
+                target_uid: "t1",
                 wrote: true,
             },
             t(0),
@@ -346,8 +354,15 @@ mod tests {
         assert_eq!(condition(&s, ROLLOUT_IN_PROGRESS).status, "False");
         assert_eq!(s.current_metrics[0].value.as_deref(), Some("3"));
         assert_eq!(s.last_scale_time, Some(Time(t(0))));
-        assert_eq!(stored_history(Some(&s), "u1").len(), 1);
-        assert!(stored_history(Some(&s), "another-incarnation").is_empty());
+        assert_eq!(stored_history(Some(&s), "u1", "t1").len(), 1);
+        assert!(stored_history(Some(&s), "another-incarnation", "t1").is_empty());
+        assert!(
+            stored_history(Some(&s), "u1", "a-recreated-target").is_empty(),
+            "a recreated target does not inherit the hold"
+        );
+        let mut older = s.clone();
+        older.recommendation_history.as_mut().unwrap().target_uid = None;
+        assert_eq!(stored_history(Some(&older), "u1", "t1").len(), 1);
     }
 
     #[test]
@@ -363,6 +378,7 @@ mod tests {
             &Outcome::Decided {
                 decision: &d,
                 target: &target,
+                target_uid: "t1",
                 wrote: false,
             },
             t(0),
@@ -376,6 +392,7 @@ mod tests {
             &Outcome::Decided {
                 decision: &d2,
                 target: &target,
+                target_uid: "t1",
                 wrote: false,
             },
             t(15),
@@ -396,6 +413,7 @@ mod tests {
             &Outcome::Decided {
                 decision: &d,
                 target: &target,
+                target_uid: "t1",
                 wrote: false,
             },
             t(0),

@@ -203,6 +203,39 @@ pub fn pods_of(deployment: &DynamicObject) -> Result<ListParams, VictimError> {
     Ok(ListParams::default().labels_from(&selector))
 }
 
+/// Removes the marks a deleted scaler may have left on its target's pods. Best effort: the
+/// outcome is logged (there is no scaler left to carry an event).
+pub(super) async fn clear_after_delete(ctx: &Context, scaler: &LLMScaler) {
+    let spec = &scaler.spec;
+    let namespace = scaler.namespace().unwrap_or_default();
+    if !target::is_deployment(&spec.target_ref.kind, &spec.target_ref.api_version) {
+        return;
+    }
+    let target = match ctx.targets.get(&spec.target_ref, &namespace).await {
+        Ok((_, Some(target))) => target,
+        Ok((_, None)) => return,
+        Err(e) => {
+            tracing::warn!(scaler = %scaler.name_any(), namespace = %namespace, error = %e, "cannot look up the target to remove deletion-cost marks");
+            return;
+        }
+    };
+    let result = match pods_of(&target) {
+        Ok(params) => clear(&ctx.client, &namespace, &params, &[])
+            .await
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    match result {
+        Ok(0) => {}
+        Ok(cleared) => {
+            tracing::info!(scaler = %scaler.name_any(), namespace = %namespace, cleared, "removed the deletion-cost marks of a deleted scaler");
+        }
+        Err(error) => {
+            tracing::warn!(scaler = %scaler.name_any(), namespace = %namespace, %error, "cannot remove the deletion-cost marks of a deleted scaler");
+        }
+    }
+}
+
 /// Marks the pods a scale-down of `removed` replicas should take, or clears old marks when
 /// nothing is being removed. Never fails the sync: a problem becomes a warning event and the
 /// scale-down goes ahead without marks.

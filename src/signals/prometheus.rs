@@ -21,6 +21,8 @@ pub enum QueryError {
     Rejected { error_type: String, error: String },
     #[error("Prometheus answered HTTP {status} without an error body")]
     Status { status: u16 },
+    #[error("the Prometheus response is not valid JSON: {0}")]
+    NotJson(String),
     #[error("cannot decode the Prometheus response: {0}")]
     Decode(String),
     #[error("the query returned no series (an empty vector)")]
@@ -114,6 +116,7 @@ fn data(status: u16, body: &[u8]) -> Result<Data, QueryError> {
     let envelope: Envelope = match serde_json::from_slice(body) {
         Ok(envelope) => envelope,
         Err(_) if status != 200 => return Err(QueryError::Status { status }),
+        Err(e) if e.is_syntax() || e.is_eof() => return Err(QueryError::NotJson(e.to_string())),
         Err(e) => return Err(QueryError::Decode(e.to_string())),
     };
     if envelope.status != "success" {
@@ -284,6 +287,13 @@ mod tests {
         ));
         assert!(matches!(
             single_value(200, b"not json"),
+            Err(QueryError::NotJson(_))
+        ));
+        assert!(matches!(
+            single_value(
+                200,
+                br#"{"status":"success","data":{"resultType":"vector","result":{}}}"#
+            ),
             Err(QueryError::Decode(_))
         ));
         assert!(matches!(

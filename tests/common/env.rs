@@ -87,6 +87,12 @@ impl Env {
     }
 
     pub async fn deployment(&self, name: &str, replicas: i32) {
+        self.create_deployment(name, replicas).await;
+        self.wait_ready(name, replicas).await;
+    }
+
+    /// Creates the Deployment without waiting for its pods.
+    pub async fn create_deployment(&self, name: &str, replicas: i32) {
         let d: Deployment = serde_json::from_value(json!({
             "metadata": { "name": name, "labels": { "app": name, "owner": "helm" }, "annotations": { "note": "keep" } },
             "spec": {
@@ -103,7 +109,6 @@ impl Env {
             .create(&PostParams::default(), &d)
             .await
             .unwrap();
-        self.wait_ready(name, replicas).await;
     }
 
     /// Waits until the Deployment asks for and has `replicas` ready replicas.
@@ -134,6 +139,17 @@ impl Env {
     }
 
     pub async fn scaler(&self, name: &str, target: &str, spec: Value) {
+        self.scaler_annotated(name, target, json!({}), spec).await;
+    }
+
+    /// [`Env::scaler`] created with these annotations (e.g. dry-run) from the start.
+    pub async fn scaler_annotated(
+        &self,
+        name: &str,
+        target: &str,
+        annotations: Value,
+        spec: Value,
+    ) {
         let mut full = json!({
             "targetRef": { "apiVersion": "apps/v1", "kind": "Deployment", "name": target },
             "serverAddress": self.signal.as_ref().map(|s| s.1.url.clone()).unwrap_or_default(),
@@ -146,7 +162,7 @@ impl Env {
         let scaler: LLMScaler = serde_json::from_value(json!({
             "apiVersion": "autoscaling.modelsphere.dev/v1alpha1",
             "kind": "LLMScaler",
-            "metadata": { "name": name },
+            "metadata": { "name": name, "annotations": annotations },
             "spec": full,
         }))
         .unwrap();
