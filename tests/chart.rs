@@ -79,6 +79,7 @@ const TOGGLES: &[&[&str]] = &[
     &["metrics.serviceMonitor.enabled=true"],
     &["leaderElection.enabled=false", "manager.replicas=1"],
     &["networkPolicy.enabled=true"],
+    &["rbac.secretHeaders=true"],
     &[
         "manager.image.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
     ],
@@ -245,6 +246,29 @@ fn each_toggle_renders_what_it_says() {
         crd["metadata"]["annotations"]
             .get("helm.sh/resource-policy")
             .is_none()
+    );
+
+    // Secrets are readable only when asked for, and then only get.
+    let secret_rules = |objects: &[serde_json::Value]| {
+        let role = find(objects, "ClusterRole", "t-llmscaleoperator").unwrap();
+        role["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| {
+                r["resources"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|x| x == "secrets")
+            })
+            .map(|r| r["verbs"].clone())
+            .collect::<Vec<_>>()
+    };
+    assert!(secret_rules(&render(&[]).unwrap()).is_empty());
+    assert_eq!(
+        secret_rules(&render(&["rbac.secretHeaders=true"]).unwrap()),
+        vec![serde_json::json!(["get"])]
     );
 
     let namespaced = render(&["rbac.namespaced=true", "watch.namespaces={ml}"]).unwrap();

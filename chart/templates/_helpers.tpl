@@ -77,4 +77,9 @@ true
 - apiGroups: [events.k8s.io]
   resources: [events]
   verbs: [create, patch]
+{{- if .Values.rbac.secretHeaders }}
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get]
+{{- end }}
 {{- end }}

@@ -100,6 +100,13 @@ pub struct LLMScalerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_headers: Option<BTreeMap<String, String>>,
 
+    /// Headers whose values live in a Secret of the scaler's namespace, so credentials need not
+    /// be written in the spec: every key of the Secret is sent as a header of that name. The
+    /// operator needs get on that Secret; it re-reads it at most every 30 seconds. A header set
+    /// both here and in serverHeaders is an error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_headers_from: Option<ServerHeadersFrom>,
+
     /// Fewest replicas the scaler will ever ask for. 0 allows scale-to-zero.
     #[schemars(range(min = 0))]
     pub min_replicas: i32,
@@ -144,6 +151,15 @@ pub(crate) fn default_sync_period_seconds() -> i32 {
 
 pub(crate) fn default_retry_period_seconds() -> i32 {
     10
+}
+
+/// A Secret whose keys are header names and whose values are header values.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerHeadersFrom {
+    /// Name of a Secret in the scaler's namespace.
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: String,
 }
 
 /// Identifies the workload to scale. Any kind with spec.replicas and status.readyReplicas works;

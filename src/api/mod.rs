@@ -8,7 +8,7 @@ pub use crd::{CrdError, crd_yaml};
 pub use llmscaler::{
     CustomProvider, LLMScaler, LLMScalerSpec, LLMScalerStatus, MetricProvider, MetricSpec,
     MetricStatus, Preemption, Recommendation, RecommendationHistory, ScaleDown, ScaleDownBehavior,
-    TargetRef,
+    ServerHeadersFrom, TargetRef,
 };
 
 /// API group of every resource this operator defines.

@@ -1,6 +1,7 @@
 //! Everything that talks to the cluster on behalf of an LLMScaler.
 
 pub mod events;
+pub mod headers;
 mod preflight;
 mod reconcile;
 pub mod scale;
@@ -37,6 +38,8 @@ pub struct Context {
     /// Only the leader writes; the others evaluate and keep the metric cache current.
     pub leadership: crate::leader::Leadership,
     pub allowed: crate::signals::allow::AllowList,
+    /// Secrets named by serverHeadersFrom, read at most every 30 s.
+    pub secrets: headers::SecretCache,
     /// (topic, scaler uid) pairs already told once.
     told: std::sync::Mutex<std::collections::HashSet<(&'static str, String)>>,
     /// Scaler uids known to have left no deletion-cost marks behind. Unknown (e.g. after a
@@ -170,6 +173,7 @@ async fn run_one(
         metrics: shared.metrics,
         leadership: shared.leadership,
         allowed: shared.allowed,
+        secrets: Default::default(),
         told: Default::default(),
         unmarked: Default::default(),
         client,

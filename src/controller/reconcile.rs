@@ -8,6 +8,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
+use reqwest::header::HeaderMap;
 use serde_json::json;
 use thiserror::Error;
 
@@ -196,9 +197,19 @@ async fn sync(
             reason: "ServerAddressNotAllowed",
             message: e.to_string(),
         })?;
+    let headers = super::headers::resolve(&ctx.secrets, &ctx.client, scaler, namespace)
+        .await
+        .map_err(|e| Failure {
+            reason: e.reason(),
+            message: e.to_string(),
+        })?;
     let signal = match spec.metric_provider {
-        MetricProvider::Prometheus => Signal::Ratio(read_metrics(scaler, ctx, namespace).await?),
-        MetricProvider::Custom => Signal::Absolute(read_decision(scaler, ctx, namespace).await?),
+        MetricProvider::Prometheus => {
+            Signal::Ratio(read_metrics(scaler, ctx, namespace, &headers).await)
+        }
+        MetricProvider::Custom => {
+            Signal::Absolute(read_decision(scaler, ctx, namespace, &headers).await?)
+        }
     };
     let uid = scaler.uid().unwrap_or_default();
     let target_uid = object.uid().unwrap_or_default();
@@ -230,7 +241,7 @@ async fn sync(
         });
     }
     let removed = usize::try_from(decision.removed(&observed)).unwrap_or(0);
-    let notes = victims::for_sync(scaler, ctx, namespace, &object, removed).await;
+    let notes = victims::for_sync(scaler, ctx, namespace, &object, removed, &headers).await;
 
     let mut wrote = false;
     // Asked again just before the write: leadership can end while the signal is read.
@@ -284,53 +295,47 @@ fn is_dry_run(scaler: &LLMScaler) -> bool {
 }
 
 /// Queries every metric of the scaler concurrently. A metric that cannot be read becomes a
-/// skipped reading with its reason; only a spec the controller cannot use at all fails the sync.
+/// skipped reading with its reason.
 async fn read_metrics(
     scaler: &LLMScaler,
     ctx: &Context,
     namespace: &str,
-) -> Result<Vec<MetricReading>, Failure> {
+    headers: &HeaderMap,
+) -> Vec<MetricReading> {
     let spec = &scaler.spec;
-    let headers = http::headers(spec.server_headers.as_ref()).map_err(|e| Failure {
-        reason: "InvalidSpec",
-        message: e.to_string(),
-    })?;
     let metrics = spec.metrics.as_deref().unwrap_or_default();
-    let queries = metrics.iter().enumerate().map(|(i, metric)| {
-        let headers = &headers;
-        async move {
-            let name = metric.name.clone().unwrap_or_else(|| format!("metric-{i}"));
-            let target = match parse_target(&metric.target) {
-                Ok(t) => t,
-                Err(e) => {
-                    return MetricReading {
-                        name,
-                        value: Err(SkipReason::Unavailable(format!("metrics[{i}].target: {e}"))),
-                        target: f64::NAN,
-                    };
-                }
-            };
-            let started = Instant::now();
-            let value =
-                prometheus::query_value(&ctx.http, &spec.server_address, headers, &metric.query)
-                    .await;
-            ctx.metrics.observe_query(
-                MetricLabels {
-                    namespace: namespace.to_owned(),
-                    scaler: scaler.name_any(),
-                    metric: name.clone(),
-                },
-                started.elapsed(),
-                value.as_ref().is_ok_and(|v| v.is_finite()),
-            );
-            MetricReading {
-                name,
-                value: value.map_err(|e| SkipReason::Unavailable(e.to_string())),
-                target,
+    let queries = metrics.iter().enumerate().map(|(i, metric)| async move {
+        let name = metric.name.clone().unwrap_or_else(|| format!("metric-{i}"));
+        let target = match parse_target(&metric.target) {
+            Ok(t) => t,
+            Err(e) => {
+                return MetricReading {
+                    name,
+                    value: Err(SkipReason::Unavailable(format!("metrics[{i}].target: {e}"))),
+                    target: f64::NAN,
+                };
             }
+        };
+        let started = Instant::now();
+        let value =
+            prometheus::query_value(&ctx.http, &spec.server_address, headers, &metric.query).await;
+        ctx.metrics.observe_query(
+            MetricLabels {
+                namespace: namespace.to_owned(),
+                scaler: scaler.name_any(),
+                metric: name.clone(),
+            },
+            started.elapsed(),
+            value.as_ref().is_ok_and(|v| v.is_finite()),
+        );
+        MetricReading {
+            name,
+            value: value
+                .map_err(|e| SkipReason::Unavailable(http::redact(&e.to_string(), headers))),
+            target,
         }
     });
-    Ok(join_all(queries).await)
+    join_all(queries).await
 }
 
 /// Asks the decision server. A spec the controller cannot use fails the sync; an answer that
@@ -339,6 +344,7 @@ async fn read_decision(
     scaler: &LLMScaler,
     ctx: &Context,
     namespace: &str,
+    headers: &HeaderMap,
 ) -> Result<Result<i32, String>, Failure> {
     let spec = &scaler.spec;
     let invalid = |message: String| Failure {
@@ -348,15 +354,13 @@ async fn read_decision(
     let provider = spec.custom_provider.as_ref().ok_or_else(|| {
         invalid("customProvider is required when metricProvider is Custom".to_owned())
     })?;
-    let headers =
-        http::headers(spec.server_headers.as_ref()).map_err(|e| invalid(e.to_string()))?;
     let url = decision::decision_url(&spec.server_address, &provider.path, &provider.service_id)
         .map_err(|e| invalid(e.to_string()))?;
     let started = Instant::now();
     let count = decision::fetch_decision(
         &ctx.http,
         &url,
-        &headers,
+        headers,
         &provider.service_id,
         provider.namespace.as_deref(),
     )
@@ -370,7 +374,12 @@ async fn read_decision(
         started.elapsed(),
         count.is_ok(),
     );
-    Ok(count.map_err(|e| format!("the decision server gave no usable count: {e}")))
+    Ok(count.map_err(|e| {
+        format!(
+            "the decision server gave no usable count: {}",
+            http::redact(&e.to_string(), headers)
+        )
+    }))
 }
 
 /// Writes the status if, and only if, it changed.

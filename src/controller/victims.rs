@@ -107,7 +107,7 @@ pub async fn mark(
                         .map(|s| s.value);
                 }
             }
-            Err(e) => marked.query_error = Some(e.to_string()),
+            Err(e) => marked.query_error = Some(http::redact(&e.to_string(), headers)),
         }
     }
     marked.ranking = Some(ranking);
@@ -245,6 +245,7 @@ pub(super) async fn for_sync(
     namespace: &str,
     target: &kube::api::DynamicObject,
     removed: usize,
+    headers: &HeaderMap,
 ) -> Vec<Note> {
     let spec = &scaler.spec;
     let uid = scaler.uid().unwrap_or_default();
@@ -295,7 +296,6 @@ pub(super) async fn for_sync(
         };
     }
 
-    let headers = http::headers(spec.server_headers.as_ref()).unwrap_or_default();
     let query = spec
         .scale_down
         .deletion_cost_query
@@ -305,7 +305,7 @@ pub(super) async fn for_sync(
         (MetricProvider::Prometheus, Some(query)) => Warmth::Query {
             http: &ctx.http,
             server: &spec.server_address,
-            headers: &headers,
+            headers,
             query,
         },
         _ => Warmth::Newest,

@@ -62,6 +62,29 @@ pub fn headers(spec: Option<&BTreeMap<String, String>>) -> Result<HeaderMap, Htt
     Ok(map)
 }
 
+/// `text` with every header value of `headers` (and the credential after an auth scheme, as in
+/// "Bearer <token>") replaced by "[redacted]": a server that echoes a credential back in an error
+/// must not get it into a status, an event or a log line through us.
+pub fn redact(text: &str, headers: &HeaderMap) -> String {
+    // Values this short are not credentials, and replacing them would mangle ordinary text.
+    const SHORTEST: usize = 6;
+    let mut secrets: Vec<&str> = Vec::new();
+    for value in headers.values() {
+        let Ok(value) = value.to_str() else { continue };
+        secrets.push(value);
+        if let Some((_, credential)) = value.split_once(' ') {
+            secrets.push(credential.trim());
+        }
+    }
+    // Longest first, so a whole value is replaced before a part of it.
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    let mut out = text.to_owned();
+    for secret in secrets.into_iter().filter(|s| s.len() >= SHORTEST) {
+        out = out.replace(secret, "[redacted]");
+    }
+    out
+}
+
 /// Sends `request` and reads at most [`MAX_BODY_BYTES`] of the answer.
 pub async fn send(
     request: reqwest::RequestBuilder,
@@ -114,6 +137,27 @@ fn describe(error: &reqwest::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+#[cfg(test)]
+mod redact_tests {
+    use super::*;
+
+    #[test]
+    fn echoed_credentials_are_redacted() {
+        let headers = headers(Some(&BTreeMap::from([
+            ("Authorization".to_owned(), "Bearer tok-123456".to_owned()),
+            ("X-Short".to_owned(), "1".to_owned()),
+        ])))
+        .unwrap();
+        assert_eq!(
+            redact(
+                "bad credential Bearer tok-123456 (tok-123456), 1 try",
+                &headers
+            ),
+            "bad credential [redacted] ([redacted]), 1 try"
+        );
+    }
 }
 
 #[cfg(test)]
