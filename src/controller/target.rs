@@ -1,7 +1,11 @@
 //! Reading a scale target generically: spec.replicas, status.readyReplicas and, for
 //! Deployments, whether a rollout is in progress.
 
-use kube::api::DynamicObject;
+use std::borrow::Cow;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use kube::api::{ApiResource, DynamicObject};
+use kube::core::{DynamicResourceScope, Selector};
 use serde_json::Value;
 use thiserror::Error;
 
@@ -13,27 +17,107 @@ pub enum TargetError {
     NoReplicas { kind: String, name: String },
 }
 
+/// What the operator keeps of a scale target, taken from each watched object as it arrives: the
+/// pod template, managed fields, labels and conditions are never held, which is most of a
+/// workload object's size on a big fleet.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Target {
+    /// Name, namespace, uid, generation and resourceVersion only.
+    pub metadata: ObjectMeta,
+    pub spec_replicas: Option<i32>,
+    /// spec.selector as a label selector for listing pods, or why it cannot be one.
+    pub selector: Option<Result<String, String>>,
+    pub replicas: Option<i32>,
+    pub ready_replicas: Option<i32>,
+    pub updated_replicas: Option<i32>,
+    pub observed_generation: Option<i64>,
+}
+
+impl Target {
+    pub fn from_object(object: &DynamicObject) -> Self {
+        let meta = &object.metadata;
+        let data = &object.data;
+        Self {
+            metadata: ObjectMeta {
+                name: meta.name.clone(),
+                namespace: meta.namespace.clone(),
+                uid: meta.uid.clone(),
+                generation: meta.generation,
+                resource_version: meta.resource_version.clone(),
+                ..ObjectMeta::default()
+            },
+            spec_replicas: int_at(data, "/spec/replicas"),
+            selector: data.pointer("/spec/selector").map(render_selector),
+            replicas: int_at(data, "/status/replicas"),
+            ready_replicas: int_at(data, "/status/readyReplicas"),
+            updated_replicas: int_at(data, "/status/updatedReplicas"),
+            observed_generation: data
+                .pointer("/status/observedGeneration")
+                .and_then(Value::as_i64),
+        }
+    }
+}
+
+fn render_selector(raw: &Value) -> Result<String, String> {
+    let selector: LabelSelector = serde_json::from_value(raw.clone()).map_err(|e| e.to_string())?;
+    let selector = Selector::try_from(selector).map_err(|e| e.to_string())?;
+    Ok(selector.to_string())
+}
+
+/// Stored by kube's reflector like the object it came from.
+impl kube::Resource for Target {
+    type DynamicType = ApiResource;
+    type Scope = DynamicResourceScope;
+
+    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+        dt.kind.as_str().into()
+    }
+
+    fn group(dt: &ApiResource) -> Cow<'_, str> {
+        dt.group.as_str().into()
+    }
+
+    fn version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.version.as_str().into()
+    }
+
+    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.api_version.as_str().into()
+    }
+
+    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+        dt.plural.as_str().into()
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
 /// The parts of a target a sync needs.
 pub fn snapshot(
     kind: &str,
     api_version: &str,
-    object: &DynamicObject,
+    target: &Target,
 ) -> Result<TargetState, TargetError> {
-    let name = object.metadata.name.clone().unwrap_or_default();
-    let spec_replicas =
-        int_at(&object.data, "/spec/replicas").ok_or_else(|| TargetError::NoReplicas {
+    let spec_replicas = target
+        .spec_replicas
+        .ok_or_else(|| TargetError::NoReplicas {
             kind: kind.to_owned(),
-            name,
+            name: target.metadata.name.clone().unwrap_or_default(),
         })?;
-    let ready_replicas = int_at(&object.data, "/status/readyReplicas").unwrap_or(0);
     let rollout = if is_deployment(kind, api_version) {
-        rollout_in_progress(object.metadata.generation, &object.data, spec_replicas)
+        rollout_in_progress(target, spec_replicas)
     } else {
         None
     };
     Ok(TargetState {
         spec_replicas,
-        ready_replicas,
+        ready_replicas: target.ready_replicas.unwrap_or(0),
         rollout,
     })
 }
@@ -54,29 +138,22 @@ pub(crate) fn is_deployment(kind: &str, api_version: &str) -> bool {
 
 /// Why a Deployment is mid-rollout, if it is: its controller has not observed the latest spec,
 /// not every replica runs the new template yet, or old-template pods are still around.
-fn rollout_in_progress(
-    generation: Option<i64>,
-    data: &Value,
-    spec_replicas: i32,
-) -> Option<String> {
-    let observed = data
-        .pointer("/status/observedGeneration")
-        .and_then(Value::as_i64)
-        .unwrap_or(0);
-    if let Some(generation) = generation
+fn rollout_in_progress(target: &Target, spec_replicas: i32) -> Option<String> {
+    let observed = target.observed_generation.unwrap_or(0);
+    if let Some(generation) = target.metadata.generation
         && observed < generation
     {
         return Some(format!(
             "the Deployment controller has not observed generation {generation} yet (observed {observed})"
         ));
     }
-    let updated = int_at(data, "/status/updatedReplicas").unwrap_or(0);
+    let updated = target.updated_replicas.unwrap_or(0);
     if updated < spec_replicas {
         return Some(format!(
             "{updated} of {spec_replicas} replicas run the current template"
         ));
     }
-    let total = int_at(data, "/status/replicas").unwrap_or(0);
+    let total = target.replicas.unwrap_or(0);
     if total > updated {
         return Some(format!(
             "{} replicas of an older template are still running",
@@ -91,13 +168,43 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn object(generation: i64, spec: Value, status: Value) -> DynamicObject {
-        serde_json::from_value(json!({
+    fn object(generation: i64, spec: Value, status: Value) -> Target {
+        let object: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": { "name": "vllm", "generation": generation },
+            "metadata": { "name": "vllm", "generation": generation,
+                "annotations": { "kubectl.kubernetes.io/last-applied-configuration": "{...}" },
+                "managedFields": [ { "manager": "kubectl" } ] },
             "spec": spec, "status": status,
         }))
-        .unwrap()
+        .unwrap();
+        Target::from_object(&object)
+    }
+
+    #[test]
+    fn only_what_a_sync_reads_is_kept() {
+        let t = object(
+            4,
+            json!({"replicas": 3, "selector": {"matchLabels": {"app": "m"},
+                "matchExpressions": [{"key": "tier", "operator": "In", "values": ["gpu"]}]},
+                "template": {"spec": {"containers": []}}}),
+            json!({"readyReplicas": 3, "observedGeneration": 4, "conditions": [{"type": "Available"}]}),
+        );
+        assert_eq!(t.metadata.name.as_deref(), Some("vllm"));
+        assert_eq!(t.metadata.generation, Some(4));
+        assert!(t.metadata.annotations.is_none() && t.metadata.managed_fields.is_none());
+        assert_eq!(t.spec_replicas, Some(3));
+        assert_eq!(t.selector, Some(Ok("app=m,tier in (gpu)".to_owned())));
+        assert_eq!(
+            (t.ready_replicas, t.observed_generation),
+            (Some(3), Some(4))
+        );
+        let bad = object(
+            1,
+            json!({"replicas": 1, "selector": {"matchExpressions": [{"key": "x", "operator": "Bogus"}]}}),
+            json!({}),
+        );
+        assert!(matches!(bad.selector, Some(Err(_))), "{:?}", bad.selector);
+        assert_eq!(object(1, json!({"replicas": 1}), json!({})).selector, None);
     }
 
     #[test]

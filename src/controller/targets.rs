@@ -1,19 +1,21 @@
 //! Watch caches of scale targets, one reflector per kind, started the first time a scaler
-//! points at that kind. A sync reads its target from memory instead of GETting it.
+//! points at that kind. A sync reads its target from memory instead of GETting it, and only the
+//! few fields it reads are kept (`Target`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client};
 use thiserror::Error;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
+use super::target::Target;
 use crate::api::TargetRef;
 
 /// How long a sync waits for a freshly started watch to list its kind.
@@ -36,28 +38,11 @@ pub enum TargetLookupError {
 
 struct Watch {
     resource: ApiResource,
-    store: Store<DynamicObject>,
+    store: Store<Target>,
     /// Flips to true once the first list has been applied to `store`. Our own signal rather than
     /// `Store::wait_until_ready`, which was seen to leave one of several concurrent waiters
     /// asleep until its timeout.
     synced: tokio::sync::watch::Receiver<bool>,
-}
-
-/// Drops what a sync never reads and what makes up most of a workload object's size: managed
-/// fields, kubectl's copy of the last applied object, and the pod templates (a sync reads
-/// spec.replicas, spec.selector, status and metadata.generation).
-fn slim(object: &mut DynamicObject) {
-    object.managed_fields_mut().clear();
-    object.annotations_mut().remove(LAST_APPLIED);
-    if let Some(spec) = object
-        .data
-        .get_mut("spec")
-        .and_then(serde_json::Value::as_object_mut)
-    {
-        for bulky in ["template", "leaderWorkerTemplate", "volumeClaimTemplates"] {
-            spec.remove(bulky);
-        }
-    }
 }
 
 /// kubectl apply's copy of the whole object, kept in an annotation.
@@ -86,7 +71,7 @@ impl TargetWatches {
         &self,
         target_ref: &TargetRef,
         namespace: &str,
-    ) -> Result<(ApiResource, Option<Arc<DynamicObject>>), TargetLookupError> {
+    ) -> Result<(ApiResource, Option<Arc<Target>>), TargetLookupError> {
         let watch = self.watch(target_ref).await?;
         let mut synced = watch.synced.clone();
         let synced = tokio::time::timeout(SYNC_TIMEOUT, synced.wait_for(|ready| *ready)).await;
@@ -132,7 +117,7 @@ impl TargetWatches {
             writer,
             watcher(api, watcher::Config::default().any_semantic())
                 .default_backoff()
-                .modify(slim),
+                .map_ok(compact),
         );
         let kind = resource.kind.clone();
         let shutdown = self.shutdown.clone();
@@ -165,44 +150,22 @@ impl TargetWatches {
     }
 }
 
+/// The event with each object reduced to what a sync reads, before the store keeps it.
+fn compact(event: watcher::Event<DynamicObject>) -> watcher::Event<Target> {
+    use watcher::Event;
+    match event {
+        Event::Apply(o) => Event::Apply(Target::from_object(&o)),
+        Event::Delete(o) => Event::Delete(Target::from_object(&o)),
+        Event::Init => Event::Init,
+        Event::InitApply(o) => Event::InitApply(Target::from_object(&o)),
+        Event::InitDone => Event::InitDone,
+    }
+}
+
 fn gvk(target_ref: &TargetRef) -> GroupVersionKind {
     let (group, version) = match target_ref.api_version.split_once('/') {
         Some((group, version)) => (group, version),
         None => ("", target_ref.api_version.as_str()),
     };
     GroupVersionKind::gvk(group, version, &target_ref.kind)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn slim_keeps_what_a_sync_reads() {
-        let mut object: DynamicObject = serde_json::from_value(serde_json::json!({
-            "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": { "name": "m", "generation": 4,
-                "annotations": { LAST_APPLIED: "{...}", "keep": "me" },
-                "managedFields": [ { "manager": "kubectl" } ] },
-            "spec": { "replicas": 3, "selector": { "matchLabels": { "app": "m" } },
-                "template": { "spec": { "containers": [] } } },
-            "status": { "readyReplicas": 3, "observedGeneration": 4 }
-        }))
-        .unwrap();
-        slim(&mut object);
-        let data = &object.data;
-        assert_eq!(data.pointer("/spec/replicas"), Some(&serde_json::json!(3)));
-        assert!(data.pointer("/spec/selector/matchLabels/app").is_some());
-        assert!(data.pointer("/spec/template").is_none());
-        assert_eq!(
-            data.pointer("/status/readyReplicas"),
-            Some(&serde_json::json!(3))
-        );
-        assert_eq!(object.metadata.generation, Some(4));
-        assert!(object.managed_fields().is_empty());
-        assert_eq!(
-            object.annotations().keys().collect::<Vec<_>>(),
-            vec!["keep"]
-        );
-    }
 }

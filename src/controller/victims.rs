@@ -11,9 +11,7 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
-use kube::core::Selector;
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use reqwest::header::HeaderMap;
 use serde_json::json;
@@ -21,7 +19,7 @@ use thiserror::Error;
 
 use super::Context;
 use super::events::Note;
-use super::target;
+use super::target::{self, Target};
 use crate::api::{LLMScaler, MetricProvider, ScaleDownBehavior};
 use crate::scaling::{Candidate, Ranking, pick, victim_costs};
 use crate::signals::{http, prometheus};
@@ -71,7 +69,7 @@ pub struct Marked {
 pub async fn mark(
     client: &Client,
     namespace: &str,
-    deployment: &DynamicObject,
+    deployment: &Target,
     count: usize,
     warmth: Warmth<'_>,
 ) -> Result<Marked, VictimError> {
@@ -189,18 +187,14 @@ fn ours<K: ResourceExt>(object: &K) -> bool {
 }
 
 /// List parameters selecting the Deployment's pods (its full selector, expressions included).
-pub fn pods_of(deployment: &DynamicObject) -> Result<ListParams, VictimError> {
-    let selector: LabelSelector = deployment
-        .data
-        .pointer("/spec/selector")
-        .cloned()
-        .map(serde_json::from_value)
-        .transpose()
-        .map_err(|e| VictimError::Selector(e.to_string()))?
-        .ok_or_else(|| VictimError::Selector("the Deployment has no spec.selector".to_owned()))?;
-    let selector =
-        Selector::try_from(selector).map_err(|e| VictimError::Selector(e.to_string()))?;
-    Ok(ListParams::default().labels_from(&selector))
+pub fn pods_of(deployment: &Target) -> Result<ListParams, VictimError> {
+    match &deployment.selector {
+        Some(Ok(selector)) => Ok(ListParams::default().labels(selector)),
+        Some(Err(e)) => Err(VictimError::Selector(e.clone())),
+        None => Err(VictimError::Selector(
+            "the Deployment has no spec.selector".to_owned(),
+        )),
+    }
 }
 
 /// Removes the marks a deleted scaler may have left on its target's pods. Best effort: the
@@ -243,7 +237,7 @@ pub(super) async fn for_sync(
     scaler: &LLMScaler,
     ctx: &Context,
     namespace: &str,
-    target: &kube::api::DynamicObject,
+    target: &Target,
     removed: usize,
     headers: &HeaderMap,
 ) -> Vec<Note> {
@@ -356,7 +350,7 @@ pub(super) async fn for_sync(
 async fn candidates(
     client: &Client,
     namespace: &str,
-    deployment: &DynamicObject,
+    deployment: &Target,
     params: &ListParams,
 ) -> Result<Vec<Pod>, VictimError> {
     let uid = deployment.uid().unwrap_or_default();
