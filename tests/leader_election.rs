@@ -241,3 +241,57 @@ async fn a_graceful_stop_hands_the_lease_over_at_once() {
     );
     env.done().await;
 }
+
+#[tokio::test]
+async fn a_leader_killed_mid_window_leaves_the_hold_to_its_successor() {
+    const WINDOW: Duration = Duration::from_secs(20);
+    let env = Env::new("leader-window").await;
+    env.deployment("vllm", 4).await;
+    env.set("load", 1.0).await;
+    env.scaler(
+        "vllm",
+        "vllm",
+        json!({
+            "minReplicas": 1, "maxReplicas": 10,
+            "metrics": [{ "name": "load", "query": env.query("load"), "target": "1" }],
+            "scaleDown": { "stabilizationWindowSeconds": WINDOW.as_secs() }
+        }),
+    )
+    .await;
+    let mut replicas = [spawn(&env, "op-a", 3), spawn(&env, "op-b", 3)];
+    let leader = common::eventually("a leader", WAIT, || holder(&env)).await;
+    common::eventually("a steady sync at 4", WAIT, || async {
+        let (status, _, message) = env.condition("vllm", "ScalingActive").await?;
+        (status == "True" && message.contains("recommends 4")).then_some(())
+    })
+    .await;
+
+    // The load drops: the leader holds the fleet at 4 for the window...
+    env.set("load", 0.25).await;
+    env.wait_event("vllm", "ScaleDownStabilized", "held at 4")
+        .await;
+    let dropped = Instant::now();
+    // ...and is killed without a chance to say anything (SIGKILL) in the middle of it.
+    let leader_index = usize::from(leader != "op-a");
+    replicas[leader_index].child.kill().unwrap();
+    replicas[leader_index].child.wait().unwrap();
+
+    // The successor takes over within the lease and keeps the hold until the window has passed.
+    let successor = replicas[1 - leader_index].name;
+    common::eventually("the standby to take over", WAIT, || async {
+        (holder(&env).await.as_deref() == Some(successor)).then_some(())
+    })
+    .await;
+    let hold_until = dropped + WINDOW - Duration::from_secs(3);
+    while Instant::now() < hold_until {
+        assert_eq!(
+            env.spec_replicas("vllm").await,
+            4,
+            "scaled down {:?} after the drop, inside a {WINDOW:?} window",
+            dropped.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    env.wait_ready("vllm", 1).await;
+    env.done().await;
+}

@@ -231,7 +231,17 @@ fn forget_scaler(ctx: &Arc<Context>, scaler: &LLMScaler) {
         namespace: namespace.clone(),
         name: name.clone(),
     });
-    ctx.metrics.forget(&namespace, &name);
+    let metric_names: Vec<String> = scaler
+        .spec
+        .metrics
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, m)| m.name.clone().unwrap_or_else(|| format!("metric-{i}")))
+        .chain(std::iter::once(crate::scaling::DECISION_METRIC.to_owned()))
+        .collect();
+    ctx.metrics
+        .forget(&namespace, &name, metric_names.iter().map(String::as_str));
     tracing::info!(scaler = %name, namespace = %namespace, "LLMScaler deleted");
     // Deletion-cost marks of a scale-down that never happened would steer the next scale-down of
     // whoever scales the target now; the leader takes them away.

@@ -49,10 +49,6 @@ pub async fn reconcile(
     let started = Instant::now();
     let namespace = scaler.namespace().ok_or(ReconcileError::NoNamespace)?;
     let name = scaler.name_any();
-    let labels = ScalerLabels {
-        namespace: namespace.clone(),
-        scaler: name.clone(),
-    };
     let now = Timestamp::now();
 
     let (result, action) = match sync(&scaler, &ctx, &namespace, now).await {
@@ -140,7 +136,6 @@ pub async fn reconcile(
         .inc();
     ctx.metrics
         .sync_duration
-        .get_or_create(&labels)
         .observe(started.elapsed().as_secs_f64());
     Ok(action)
 }

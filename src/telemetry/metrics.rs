@@ -39,6 +39,9 @@ pub struct ScaleLabels {
     pub direction: String,
 }
 
+/// Every value of the `result` label of `llmscaler_syncs_total`.
+pub const SYNC_RESULTS: &[&str] = &["scaled", "held", "deferred", "unchanged", "failed"];
+
 fn duration_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.005, 2.0, 14))
 }
@@ -48,8 +51,10 @@ fn duration_histogram() -> Histogram {
 pub struct Metrics {
     registry: Arc<Mutex<Registry>>,
     pub syncs: Family<SyncLabels, Counter>,
-    pub sync_duration: Family<ScalerLabels, Histogram, fn() -> Histogram>,
-    pub query_duration: Family<MetricLabels, Histogram, fn() -> Histogram>,
+    /// Durations are one histogram for the process, not one per scaler: per-scaler buckets would
+    /// be most of the operator's memory and of its series on a big fleet.
+    pub sync_duration: Histogram,
+    pub query_duration: Histogram,
     pub query_errors: Family<MetricLabels, Counter>,
     pub desired_replicas: Family<ScalerLabels, Gauge>,
     pub current_replicas: Family<ScalerLabels, Gauge>,
@@ -62,14 +67,8 @@ impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("llmscaler");
         let syncs = Family::<SyncLabels, Counter>::default();
-        let sync_duration =
-            Family::<ScalerLabels, Histogram, fn() -> Histogram>::new_with_constructor(
-                duration_histogram,
-            );
-        let query_duration =
-            Family::<MetricLabels, Histogram, fn() -> Histogram>::new_with_constructor(
-                duration_histogram,
-            );
+        let sync_duration = duration_histogram();
+        let query_duration = duration_histogram();
         let query_errors = Family::<MetricLabels, Counter>::default();
         let desired_replicas = Family::<ScalerLabels, Gauge>::default();
         let current_replicas = Family::<ScalerLabels, Gauge>::default();
@@ -83,12 +82,12 @@ impl Default for Metrics {
         registry.register("syncs", "Syncs by outcome", syncs.clone());
         registry.register(
             "sync_duration_seconds",
-            "Time one sync took",
+            "Time one sync took, all scalers together",
             sync_duration.clone(),
         );
         registry.register(
             "query_duration_seconds",
-            "Time one metric query took",
+            "Time one query of a signal source took, all scalers together",
             query_duration.clone(),
         );
         registry.register(
@@ -135,22 +134,47 @@ impl Metrics {
     }
 
     pub fn observe_query(&self, labels: MetricLabels, took: Duration, ok: bool) {
-        self.query_duration
-            .get_or_create(&labels)
-            .observe(took.as_secs_f64());
+        self.query_duration.observe(took.as_secs_f64());
         if !ok {
             self.query_errors.get_or_create(&labels).inc();
         }
     }
 
-    /// Drops the per-scaler gauges of a scaler that no longer exists.
-    pub fn forget(&self, namespace: &str, scaler: &str) {
+    /// Drops every series of a scaler that no longer exists (`metrics`: the names its queries
+    /// were recorded under), so deleted scalers neither linger on /metrics nor hold memory.
+    pub fn forget<'a>(
+        &self,
+        namespace: &str,
+        scaler: &str,
+        metrics: impl IntoIterator<Item = &'a str>,
+    ) {
         let labels = ScalerLabels {
             namespace: namespace.to_owned(),
             scaler: scaler.to_owned(),
         };
         self.desired_replicas.remove(&labels);
         self.current_replicas.remove(&labels);
+        for result in SYNC_RESULTS {
+            self.syncs.remove(&SyncLabels {
+                namespace: namespace.to_owned(),
+                scaler: scaler.to_owned(),
+                result: (*result).to_owned(),
+            });
+        }
+        for direction in ["up", "down"] {
+            self.scale_events.remove(&ScaleLabels {
+                namespace: namespace.to_owned(),
+                scaler: scaler.to_owned(),
+                direction: direction.to_owned(),
+            });
+        }
+        for metric in metrics {
+            self.query_errors.remove(&MetricLabels {
+                namespace: namespace.to_owned(),
+                scaler: scaler.to_owned(),
+                metric: metric.to_owned(),
+            });
+        }
     }
 }
 
@@ -182,10 +206,29 @@ mod tests {
             text.contains(r#"llmscaler_syncs_total{namespace="ns",scaler="s",result="scaled"} 1"#),
             "{text}"
         );
-        m.forget("ns", "s");
-        assert!(
-            !m.encode().unwrap().contains("llmscaler_desired_replicas{"),
-            "forgotten"
+        m.observe_query(
+            MetricLabels {
+                namespace: "ns".into(),
+                scaler: "s".into(),
+                metric: "kv".into(),
+            },
+            Duration::from_millis(3),
+            false,
         );
+        assert!(text_has(
+            &m,
+            r#"llmscaler_query_errors_total{namespace="ns",scaler="s",metric="kv"} 1"#
+        ));
+        assert!(text_has(&m, "llmscaler_query_duration_seconds_count 1"));
+        m.forget("ns", "s", ["kv"]);
+        let text = m.encode().unwrap();
+        assert!(
+            !text.contains(r#"scaler="s""#),
+            "every series of s is gone: {text}"
+        );
+    }
+
+    fn text_has(m: &Metrics, line: &str) -> bool {
+        m.encode().unwrap().contains(line)
     }
 }
