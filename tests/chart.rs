@@ -81,6 +81,11 @@ const TOGGLES: &[&[&str]] = &[
     &["networkPolicy.enabled=true"],
     &["rbac.secretHeaders=true"],
     &[
+        "rbac.secretHeaders=true",
+        "rbac.namespaced=true",
+        "watch.namespaces={ml,serving}",
+    ],
+    &[
         "manager.image.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
     ],
 ];
@@ -269,6 +274,22 @@ fn each_toggle_renders_what_it_says() {
     assert_eq!(
         secret_rules(&render(&["rbac.secretHeaders=true"]).unwrap()),
         vec![serde_json::json!(["get"])]
+    );
+    let namespaced_secrets = render(&[
+        "rbac.secretHeaders=true",
+        "rbac.namespaced=true",
+        "watch.namespaces={ml}",
+    ])
+    .unwrap();
+    let role = find(&namespaced_secrets, "Role", "t-llmscaleoperator").unwrap();
+    assert!(
+        role["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["resources"] == serde_json::json!(["secrets"])
+                && r["verbs"] == serde_json::json!(["get"])),
+        "the watched namespace's Role may get Secrets: {role}"
     );
 
     let namespaced = render(&["rbac.namespaced=true", "watch.namespaces={ml}"]).unwrap();
