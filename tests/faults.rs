@@ -264,6 +264,31 @@ async fn every_fault_holds_then_recovers(
     }
 }
 
+/// The scaler "faulty" on Deployment "model", driven by the decision server `server`.
+async fn decision_scaler(env: &Env, server: &FaultServer) {
+    env.scaler(
+        "faulty",
+        "model",
+        json!({
+            "metricProvider": "Custom",
+            "serverAddress": server.url(),
+            "customProvider": { "serviceId": SERVICE_ID, "namespace": "faults", "path": "decisions" },
+            "minReplicas": 1, "maxReplicas": 10
+        }),
+    )
+    .await;
+}
+
+/// Waits for a healthy sync and checks the fleet rests at 2 before any fault.
+async fn first_good_sync_at_two(env: &Env) {
+    common::eventually("a first good sync", WAIT, || async {
+        let (status, _) = scaling_active(env, "faulty").await?;
+        (status == "True").then_some(())
+    })
+    .await;
+    env.stays("model", 2, Duration::from_secs(2)).await;
+}
+
 #[tokio::test]
 async fn prometheus_faults_hold_the_fleet_and_the_first_good_answer_moves_it() {
     let env = Env::without_prometheus("faults-prom").await;
@@ -283,12 +308,7 @@ async fn prometheus_faults_hold_the_fleet_and_the_first_good_answer_moves_it() {
         }),
     )
     .await;
-    common::eventually("a first good sync", WAIT, || async {
-        let (status, _) = scaling_active(&env, "faulty").await?;
-        (status == "True").then_some(())
-    })
-    .await;
-    env.stays("model", 2, Duration::from_secs(2)).await;
+    first_good_sync_at_two(&env).await;
 
     // A load that holds the fleet at 3 (capped by maxReplicas) or at 2 (3 × 0.5 / 0.8 rounds up
     // to 2, and 2 × 0.5 / 0.8 to 2 again). A fault read as zero would drop it to minReplicas 1.
@@ -309,23 +329,8 @@ async fn decision_server_faults_hold_the_fleet_and_the_first_good_answer_moves_i
     env.deployment("model", 2).await;
     let mut server = FaultServer::start(Fault::Good(2.0)).await;
     let _operator = Operator::start_with_timeout(&env.client, &env.ns, TIMEOUT);
-    env.scaler(
-        "faulty",
-        "model",
-        json!({
-            "metricProvider": "Custom",
-            "serverAddress": server.url(),
-            "customProvider": { "serviceId": SERVICE_ID, "namespace": "faults", "path": "decisions" },
-            "minReplicas": 1, "maxReplicas": 10
-        }),
-    )
-    .await;
-    common::eventually("a first good sync", WAIT, || async {
-        let (status, _) = scaling_active(&env, "faulty").await?;
-        (status == "True").then_some(())
-    })
-    .await;
-    env.stays("model", 2, Duration::from_secs(2)).await;
+    decision_scaler(&env, &server).await;
+    first_good_sync_at_two(&env).await;
 
     every_fault_holds_then_recovers(&env, &mut server, f64::from).await;
     env.done().await;
@@ -338,17 +343,7 @@ async fn another_writer_is_overruled_on_replicas_and_nothing_else() {
     env.deployment("model", 2).await;
     let server = FaultServer::start(Fault::Good(3.0)).await;
     let _operator = Operator::start_with_timeout(&env.client, &env.ns, TIMEOUT);
-    env.scaler(
-        "faulty",
-        "model",
-        json!({
-            "metricProvider": "Custom",
-            "serverAddress": server.url(),
-            "customProvider": { "serviceId": SERVICE_ID, "namespace": "faults", "path": "decisions" },
-            "minReplicas": 1, "maxReplicas": 10
-        }),
-    )
-    .await;
+    decision_scaler(&env, &server).await;
     env.wait_ready("model", 3).await;
 
     // kubectl scale: the scale subresource.

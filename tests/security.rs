@@ -180,7 +180,7 @@ async fn credentials_from_the_spec_or_a_secret_are_sent_and_never_shown() {
         })
         .await;
         assert!(
-            message.contains("credential Bearer [redacted] is not allowed"),
+            message.contains("credential [redacted] is not allowed"),
             "{name}: {message}"
         );
         env.wait_event(name, "MetricSkipped", "[redacted]").await;

@@ -56,6 +56,27 @@ async fn assert_no_marks(env: &Env, app: &str) {
     .await;
 }
 
+/// On the first pod of `app`, a deletion-cost mark exactly as the operator writes it (its field
+/// manager, by server-side apply); on the second, someone else's cost of 7, which is not ours to
+/// remove. Returns the pod API and the pod names.
+async fn plant_marks(env: &Env, app: &str) -> (Api<Pod>, Vec<String>) {
+    let names: Vec<String> = pod_names(env, app).await.into_iter().collect();
+    let api: Api<Pod> = Api::namespaced(env.client.clone(), &env.ns);
+    let ours = json!({ "apiVersion": "v1", "kind": "Pod", "metadata": { "name": names[0], "annotations": { COST: "-1" } } });
+    api.patch(
+        &names[0],
+        &PatchParams::apply("llmscaleoperator-victims"),
+        &Patch::Apply(ours),
+    )
+    .await
+    .unwrap();
+    let theirs = json!({ "metadata": { "annotations": { COST: "7" } } });
+    api.patch(&names[1], &PatchParams::default(), &Patch::Merge(theirs))
+        .await
+        .unwrap();
+    (api, names)
+}
+
 /// Grows the Deployment from the pods it has to `replicas`, making sure the new pods are
 /// strictly newer (creationTimestamp has one-second resolution). Returns the old pods' names.
 async fn grow_with_newer_pods(env: &Env, app: &str, replicas: i32) -> BTreeSet<String> {
@@ -168,22 +189,8 @@ async fn without_a_query_the_newest_pods_are_deleted() {
 async fn a_mark_left_by_a_scale_down_that_did_not_happen_is_removed() {
     let env = Env::new("victims-cleanup").await;
     env.deployment("vllm", 3).await;
-    let names: Vec<String> = pod_names(&env, "vllm").await.into_iter().collect();
-    let api: Api<Pod> = Api::namespaced(env.client.clone(), &env.ns);
-    // A mark exactly as the operator writes it, left over from a scale-down that was deferred...
-    let ours = json!({ "apiVersion": "v1", "kind": "Pod", "metadata": { "name": names[0], "annotations": { COST: "-1" } } });
-    api.patch(
-        &names[0],
-        &PatchParams::apply("llmscaleoperator-victims"),
-        &Patch::Apply(ours),
-    )
-    .await
-    .unwrap();
-    // ...and someone else's deletion cost, which is not ours to remove.
-    let theirs = json!({ "metadata": { "annotations": { COST: "7" } } });
-    api.patch(&names[1], &PatchParams::default(), &Patch::Merge(theirs))
-        .await
-        .unwrap();
+    // A mark left over from a scale-down that was deferred, and someone else's cost.
+    let (api, names) = plant_marks(&env, "vllm").await;
 
     // A steady metric: nothing to scale down, so the old mark must go on the next sync.
     env.set("load", 1.0).await;
@@ -294,22 +301,9 @@ async fn a_mark_that_cannot_be_written_warns_and_the_scale_down_goes_ahead() {
 async fn deleting_a_scaler_removes_its_marks_and_only_its_marks() {
     let env = Env::new("victims-deleted").await;
     env.deployment("vllm", 3).await;
-    let names: Vec<String> = pod_names(&env, "vllm").await.into_iter().collect();
-    let api: Api<Pod> = Api::namespaced(env.client.clone(), &env.ns);
     // A dry-run scaler syncs without touching pods, so the mark of a scale-down that never
-    // happened (written as the operator writes it) is still there when the scaler is deleted.
-    let ours = json!({ "apiVersion": "v1", "kind": "Pod", "metadata": { "name": names[0], "annotations": { COST: "-1" } } });
-    api.patch(
-        &names[0],
-        &PatchParams::apply("llmscaleoperator-victims"),
-        &Patch::Apply(ours),
-    )
-    .await
-    .unwrap();
-    let theirs = json!({ "metadata": { "annotations": { COST: "7" } } });
-    api.patch(&names[1], &PatchParams::default(), &Patch::Merge(theirs))
-        .await
-        .unwrap();
+    // happened is still there when the scaler is deleted.
+    let (api, names) = plant_marks(&env, "vllm").await;
     env.set("load", 1.0).await;
     let _operator = Operator::start(&env.client, &env.ns);
     env.scaler_annotated(
