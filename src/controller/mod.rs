@@ -65,6 +65,19 @@ impl Context {
         !unmarked.contains(uid)
     }
 
+    /// Drops what this process remembers of a scaler incarnation that is gone, so deleted
+    /// scalers do not accumulate.
+    pub fn forget_uid(&self, uid: &str) {
+        self.unmarked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(uid);
+        self.told
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|(_, told)| told != uid);
+    }
+
     pub fn set_may_have_marks(&self, uid: &str, may: bool) {
         let mut unmarked = self
             .unmarked
@@ -237,7 +250,7 @@ fn forget_scaler(ctx: &Arc<Context>, scaler: &LLMScaler) {
         .iter()
         .flatten()
         .enumerate()
-        .map(|(i, m)| m.name.clone().unwrap_or_else(|| format!("metric-{i}")))
+        .map(|(i, m)| reconcile::metric_name(m, i))
         .chain(std::iter::once(crate::scaling::DECISION_METRIC.to_owned()))
         .collect();
     ctx.metrics
@@ -251,8 +264,10 @@ fn forget_scaler(ctx: &Arc<Context>, scaler: &LLMScaler) {
         let scaler = scaler.clone();
         tokio::spawn(async move {
             victims::clear_after_delete(&ctx, &scaler).await;
-            ctx.set_may_have_marks(&uid, false);
+            ctx.forget_uid(&uid);
         });
+    } else {
+        ctx.forget_uid(&uid);
     }
 }
 

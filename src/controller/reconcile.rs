@@ -300,7 +300,7 @@ async fn read_metrics(
     let spec = &scaler.spec;
     let metrics = spec.metrics.as_deref().unwrap_or_default();
     let queries = metrics.iter().enumerate().map(|(i, metric)| async move {
-        let name = metric.name.clone().unwrap_or_else(|| format!("metric-{i}"));
+        let name = metric_name(metric, i);
         let target = match parse_target(&metric.target) {
             Ok(t) => t,
             Err(e) => {
@@ -331,6 +331,14 @@ async fn read_metrics(
         }
     });
     join_all(queries).await
+}
+
+/// The name a metric is recorded and served under: its own, or `metric-<index>` when unnamed.
+pub(super) fn metric_name(metric: &crate::api::MetricSpec, index: usize) -> String {
+    metric
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("metric-{index}"))
 }
 
 /// Asks the decision server. A spec the controller cannot use fails the sync; an answer that
