@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -24,7 +25,11 @@ struct Replica {
 }
 
 fn spawn(env: &Env, name: &'static str, lease_seconds: u64) -> Replica {
-    let kubeconfig = common::kubeconfig_path();
+    spawn_via(env, name, lease_seconds, &common::kubeconfig_path())
+}
+
+/// A replica that reaches the API server with the kubeconfig at `kubeconfig`.
+fn spawn_via(env: &Env, name: &'static str, lease_seconds: u64, kubeconfig: &Path) -> Replica {
     let (metrics_port, api_port) = (common::free_port(), common::free_port());
     let child = Command::new(env!("CARGO_BIN_EXE_llmscaleoperator"))
         .args(["run", "--kubeconfig", kubeconfig.to_str().unwrap()])
@@ -125,6 +130,21 @@ async fn reporters(env: &Env) -> Vec<String> {
         .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("vllm"))
         .filter_map(|e| e.reporting_instance)
         .collect()
+}
+
+/// How many events (repeats included) `instance` has reported about the scaler.
+async fn events_by(env: &Env, instance: &str) -> i32 {
+    let events: Api<Event> = Api::namespaced(env.client.clone(), &env.ns);
+    events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("vllm"))
+        .filter(|e| e.reporting_instance.as_deref() == Some(instance))
+        .map(|e| e.series.map_or(1, |s| s.count))
+        .sum()
 }
 
 /// `load` is per replica with a target of 1: any value above 1 grows the fleet to `max`.
@@ -294,4 +314,107 @@ async fn a_leader_killed_mid_window_leaves_the_hold_to_its_successor() {
     }
     env.wait_ready("vllm", 1).await;
     env.done().await;
+}
+
+#[tokio::test]
+async fn a_partitioned_leader_stops_writing_before_the_standby_takes_over() {
+    let env = Env::new("leader-partition").await;
+    env.deployment("vllm", 1).await;
+    env.set("load", 2.0).await;
+    scaler(&env, 2).await;
+    let lease = Duration::from_secs(3);
+    let renew_deadline = llmscaleoperator::leader::Timing::for_lease(lease).renew_deadline;
+
+    // op-a reaches the API server through a relay the test can cut; it leads alone first.
+    let admin = common::kubeconfig_path();
+    let partition = common::proxy::Partition::start(common::proxy::server_addr(&admin)).await;
+    let dir = tempfile_dir(&env);
+    let a = spawn_via(&env, "op-a", 3, &partition.kubeconfig(&admin, &dir));
+    common::eventually("op-a to lead", WAIT, || async {
+        (holder(&env).await.as_deref() == Some("op-a")).then_some(())
+    })
+    .await;
+    env.wait_ready("vllm", 2).await;
+    let b = spawn(&env, "op-b", 3);
+    common::eventually("op-b to stand by", WAIT, || async {
+        (says_leader(&b).await == Some(false)).then_some(())
+    })
+    .await;
+    assert_eq!(says_leader(&a).await, Some(true));
+
+    // The partition: op-a's requests hang. It must stop writing (and say so) by its renew
+    // deadline, before op-b can take the Lease one lease duration after the last renewal.
+    partition.cut();
+    let cut = Instant::now();
+    let (mut fenced, mut taken) = (None, None);
+    while fenced.is_none() || taken.is_none() {
+        assert!(
+            cut.elapsed() < lease * 4,
+            "after {:?}: op-a stopped {fenced:?}, op-b took over {taken:?}",
+            cut.elapsed()
+        );
+        if fenced.is_none() && says_leader(&a).await == Some(false) {
+            fenced = Some(cut.elapsed());
+        }
+        if taken.is_none() && holder(&env).await.as_deref() == Some("op-b") {
+            taken = Some(cut.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (fenced, taken) = (fenced.unwrap(), taken.unwrap());
+    assert!(
+        fenced < taken,
+        "op-a stopped at {fenced:?}, after op-b took over at {taken:?}"
+    );
+    assert!(
+        fenced <= renew_deadline + Duration::from_millis(500),
+        "op-a stopped {fenced:?} after the cut; its renew deadline is {renew_deadline:?}"
+    );
+    assert!(
+        taken < lease + Duration::from_secs(2),
+        "op-b took over {taken:?} after the cut of a {lease:?} lease"
+    );
+    let a_events = events_by(&env, "op-a").await;
+
+    // op-b writes; op-a, back on the network, stays a standby and writes nothing.
+    env.scalers()
+        .patch(
+            "vllm",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({ "spec": { "maxReplicas": 3 } })),
+        )
+        .await
+        .unwrap();
+    env.wait_ready("vllm", 3).await;
+    partition.heal();
+    env.scalers()
+        .patch(
+            "vllm",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({ "spec": { "maxReplicas": 4 } })),
+        )
+        .await
+        .unwrap();
+    env.wait_ready("vllm", 4).await;
+    let healed = Instant::now();
+    while healed.elapsed() < lease * 2 {
+        assert_eq!(says_leader(&a).await, Some(false), "op-a leads again");
+        assert_eq!(holder(&env).await.as_deref(), Some("op-b"));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        events_by(&env, "op-a").await,
+        a_events,
+        "op-a reported after it lost the Lease"
+    );
+    assert!(events_by(&env, "op-b").await >= 2, "op-b scaled twice");
+    drop((a, b));
+    env.done().await;
+}
+
+/// A directory for this test's files, removed with the target dir.
+fn tempfile_dir(env: &Env) -> std::path::PathBuf {
+    let dir = common::repo_root().join("target/test-tmp").join(&env.ns);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }

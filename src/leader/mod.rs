@@ -120,7 +120,23 @@ impl Campaign {
     async fn run(mut self, stop: CancellationToken, on_change: impl Fn(bool)) {
         let mut leading = false;
         loop {
-            self.round().await;
+            // A partitioned API server leaves a request hanging for minutes; a holder must still
+            // notice in time that its writes have stopped, so a round never outlives the
+            // current leadership (nor, for a standby, the renew deadline).
+            let bound = self
+                .leading_for()
+                .unwrap_or(self.config.timing.renew_deadline)
+                .min(self.config.timing.renew_deadline)
+                .max(Duration::from_millis(10));
+            tokio::select! {
+                () = stop.cancelled() => break,
+                finished = tokio::time::timeout(bound, self.round()) => {
+                    if finished.is_err() {
+                        tracing::warn!(lease = %self.config.name, timeout = ?bound, "the Lease did not answer in time");
+                        self.publish();
+                    }
+                }
+            }
             let now_leading = self.elector.may_write(Instant::now());
             if now_leading != leading {
                 leading = now_leading;
@@ -133,14 +149,9 @@ impl Campaign {
                 self.tx.send_replace(leading);
             }
             // Wake up in time to stop writing even if the API server stops answering.
-            let pause = match self.elector.leading_until() {
-                Some(until) => self
-                    .config
-                    .timing
-                    .retry
-                    .min(until.saturating_duration_since(Instant::now())),
-                None => self.config.timing.retry,
-            };
+            let pause = self.leading_for().map_or(self.config.timing.retry, |left| {
+                left.min(self.config.timing.retry)
+            });
             tokio::select! {
                 () = stop.cancelled() => break,
                 () = tokio::time::sleep(pause.max(Duration::from_millis(10))) => {}
@@ -151,8 +162,21 @@ impl Campaign {
         if leading {
             on_change(false);
             self.tx.send_replace(false);
-            self.release().await;
+            let timeout = self.config.timing.renew_deadline;
+            if tokio::time::timeout(timeout, self.release()).await.is_err() {
+                tracing::warn!(lease = %self.config.name, "the Lease could not be released in time; a standby takes over when it expires");
+            }
         }
+    }
+
+    /// How much longer we may write; `None` when we may not (a lapsed leadership included:
+    /// measuring from it would spin the loop against an API server that is down).
+    fn leading_for(&self) -> Option<Duration> {
+        let now = Instant::now();
+        self.elector
+            .leading_until()
+            .filter(|until| *until > now)
+            .map(|until| until - now)
     }
 
     fn publish(&self) {

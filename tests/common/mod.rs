@@ -147,6 +147,7 @@ pub fn read_yaml<T: serde::de::DeserializeOwned>(relative: &str) -> T {
 
 pub mod env;
 pub mod prometheus;
+pub mod proxy;
 
 /// The controller running in this test process, scoped to one namespace; stopped when dropped.
 pub struct Operator {
