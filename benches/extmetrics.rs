@@ -327,7 +327,9 @@ async fn client() {
     println!(
         "  (aggregator: kube-apiserver on this machine proxies to the API as an aggregated server; its own CPU is not in the server column)"
     );
-    println!("  upstream queries per request: 0 (the API reads only the in-process cache)");
+    println!(
+        "  upstream queries per request: the API holds no Prometheus or decision-server client; tests/extmetrics_aggregator.rs counts them (none)"
+    );
 }
 
 /// Registers the API with the local control plane's aggregator and reads one metric through

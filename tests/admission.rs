@@ -168,6 +168,22 @@ fn invalid_cases() -> Vec<Case> {
             ],
         },
         Case {
+            what: "a metric named like the external metrics API's own desired-replicas",
+            spec: with(valid_spec(), "/metrics/0/name", json!("desired-replicas")),
+            expect: vec![
+                "spec.metrics[0].name",
+                "must not be decision, desired-replicas or metric-<number>",
+            ],
+        },
+        Case {
+            what: "a metric named like an unnamed one",
+            spec: with(valid_spec(), "/metrics/0/name", json!("metric-1")),
+            expect: vec![
+                "spec.metrics[0].name",
+                "must not be decision, desired-replicas or metric-<number>",
+            ],
+        },
+        Case {
             what: "a metric name that is not a DNS-1123 label",
             spec: with(valid_spec(), "/metrics/0/name", json!("KV_Cache")),
             expect: vec![

@@ -211,7 +211,7 @@ async fn a_failing_server_holds_the_fleet_and_says_why() {
     let env = Env::without_prometheus("custom-hold").await;
     env.deployment("vllm", 2).await;
     let server = DecisionServer::start("fallback-modelforge-01", 2).await;
-    let _operator = Operator::start(&env.client, &env.ns);
+    let operator = Operator::start(&env.client, &env.ns);
     env.scaler(
         "planner",
         "vllm",
@@ -223,6 +223,23 @@ async fn a_failing_server_holds_the_fleet_and_says_why() {
         (status == "True").then_some(())
     })
     .await;
+    // What the external metrics API serves, read through the function its route calls.
+    let served = |metric: &str| {
+        let selector =
+            llmscaleoperator::extmetrics::selector::LabelSelector::parse("llmscaler=planner")
+                .unwrap();
+        llmscaleoperator::extmetrics::values::metric_values(
+            &operator.cache,
+            &env.ns,
+            metric,
+            &selector,
+            k8s_openapi::jiff::Timestamp::now(),
+        )
+        .map(|body| String::from_utf8(body).unwrap())
+    };
+    let decision = served("decision").unwrap();
+    assert!(decision.contains(r#""value":"2""#), "{decision}");
+    assert!(served("desired-replicas").is_ok());
 
     // Garbage: held, and the reason is on the scaler.
     server.answer(Answer::Garbage);
@@ -235,6 +252,12 @@ async fn a_failing_server_holds_the_fleet_and_says_why() {
     env.wait_event("planner", "ScalingHeld", "not valid JSON")
         .await;
     env.stays("vllm", 2, Duration::from_secs(2)).await;
+    // The decision could not be read: it is not served (not the value before it); the
+    // recommendation is the hold.
+    let answer = served("decision");
+    assert!(answer.as_ref().is_err_and(|e| e.code == 404), "{answer:?}");
+    let held = served("desired-replicas").unwrap();
+    assert!(held.contains(r#""value":"2""#), "{held}");
 
     // A good answer again: the fleet follows it. Then the server goes away: held, never zero.
     server.answer(Answer::Active(1));
@@ -242,6 +265,20 @@ async fn a_failing_server_holds_the_fleet_and_says_why() {
     server.stop.cancel();
     env.wait_event("planner", "ScalingHeld", "request to").await;
     env.stays("vllm", 1, Duration::from_secs(3)).await;
+
+    // A sync that fails as a whole (the target is gone) leaves nothing served for the scaler.
+    env.deployments()
+        .delete("vllm", &Default::default())
+        .await
+        .unwrap();
+    common::eventually("Ready=False TargetNotFound", WAIT, || async {
+        let (status, reason, _) = env.condition("planner", "Ready").await?;
+        (status == "False" && reason == "TargetNotFound").then_some(())
+    })
+    .await;
+    // At once, not three sync periods later when the last value would have gone stale.
+    let answer = served("desired-replicas");
+    assert!(answer.as_ref().is_err_and(|e| e.code == 404), "{answer:?}");
     env.done().await;
 }
 

@@ -102,6 +102,25 @@ async fn kubectl_get_raw_returns_what_the_controller_measured() {
     assert_eq!(answer["items"][0]["value"], "500m", "{answer}");
     assert_eq!(answer["items"][0]["metricLabels"]["llmscaler"], "agg");
 
+    // Reading the API asks nothing upstream: over 100 reads Prometheus answers only the
+    // controller's own syncs (one query each; a sync may straddle either end of the window).
+    let queries_before = prometheus_queries(&env).await;
+    let syncs_before = operator_syncs(health).await;
+    assert!(
+        queries_before > 0.0 && syncs_before > 0.0,
+        "both counters are read"
+    );
+    for _ in 0..100 {
+        let request = http::Request::get(&path).body(Vec::new()).unwrap();
+        env.client.request_text(request).await.unwrap();
+    }
+    let syncs = operator_syncs(health).await - syncs_before;
+    let queries = prometheus_queries(&env).await - queries_before;
+    assert!(
+        queries <= syncs + 2.0,
+        "{queries} PromQL queries during 100 reads and {syncs} syncs"
+    );
+
     // What the controller acted on is what the API shows: the recommendation too.
     let desired = format!(
         "/apis/external.metrics.k8s.io/v1beta1/namespaces/{}/desired-replicas",
@@ -339,4 +358,32 @@ async fn a_new_ca_reaches_the_apiservice_and_the_aggregator_keeps_trusting_the_o
     common::interrupt(&mut operator, Duration::from_secs(20)).await;
     common::remove_apiservice(&apiservices).await;
     env.done().await;
+}
+
+/// Instant queries Prometheus has answered, from its own metrics.
+async fn prometheus_queries(env: &Env) -> f64 {
+    sum_of(
+        &format!("{}/metrics", env.prometheus().url),
+        "prometheus_http_requests_total{",
+        r#"handler="/api/v1/query""#,
+    )
+    .await
+}
+
+/// Syncs the operator process has run, from its /metrics.
+async fn operator_syncs(health: u16) -> f64 {
+    sum_of(
+        &format!("http://127.0.0.1:{health}/metrics"),
+        "llmscaler_syncs_total{",
+        "",
+    )
+    .await
+}
+
+async fn sum_of(url: &str, prefix: &str, containing: &str) -> f64 {
+    let text = reqwest::get(url).await.unwrap().text().await.unwrap();
+    text.lines()
+        .filter(|l| l.starts_with(prefix) && l.contains(containing))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }

@@ -253,6 +253,41 @@ async fn credentials_rbac_and_the_front_proxy_decide_who_reads_what() {
     )
     .await;
     assert_eq!((code, body["reason"].as_str()), (404, Some("NotFound")));
+    // The review names the metric as the resource, with verb list: a Role for kv-cache alone
+    // reads kv-cache and nothing else.
+    let narrow = common::token_for(&client, &ns, "narrow").await;
+    let role: k8s_openapi::api::rbac::v1::Role = serde_json::from_value(json!({
+        "metadata": { "name": "kv-cache-only" },
+        "rules": [{ "apiGroups": ["external.metrics.k8s.io"], "resources": ["kv-cache"], "verbs": ["list"] }]
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(client.clone(), &ns)
+        .create(&Default::default(), &role)
+        .await
+        .unwrap();
+    let binding: k8s_openapi::api::rbac::v1::RoleBinding = serde_json::from_value(json!({
+        "metadata": { "name": "kv-cache-only" },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "kv-cache-only" },
+        "subjects": [{ "kind": "ServiceAccount", "name": "narrow", "namespace": ns }]
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(client.clone(), &ns)
+        .create(&Default::default(), &binding)
+        .await
+        .unwrap();
+    common::eventually(
+        "RBAC to allow kv-cache to the narrow reader",
+        Duration::from_secs(30),
+        || async { (get(&plain, &metric, Some(&narrow), &[]).await.0 == 200).then_some(()) },
+    )
+    .await;
+    let other = metric.replace("/kv-cache", "/desired-replicas");
+    let (code, body) = get(&plain, &other, Some(&narrow), &[]).await;
+    assert_eq!(
+        (code, body["reason"].as_str()),
+        (403, Some("Forbidden")),
+        "{body}"
+    );
     // Discovery is open to any authenticated user (system:discovery).
     let (code, body) = get(
         &plain,
@@ -296,6 +331,11 @@ async fn credentials_rbac_and_the_front_proxy_decide_who_reads_what() {
         (401, Some("Unauthorized")),
         "{body}"
     );
+    // A bearer token next to such a certificate still counts (the headers still do not).
+    let (code, body) = get(&impostor, &metric, Some(&reader), &as_admin).await;
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = get(&impostor, &metric, Some(&nobody), &as_admin).await;
+    assert_eq!(code, 403, "{body}");
 
     common::delete_namespace(&client, &ns).await;
 }

@@ -137,7 +137,7 @@ async fn scales_down_to_min_and_a_step_cap_walks_the_fleet_down() {
     let env = Env::new("step-cap").await;
     env.deployment("vllm", 10).await;
     env.set("kv", 0.0).await;
-    let _operator = Operator::start(&env.client, &env.ns);
+    let operator = Operator::start(&env.client, &env.ns);
     env.scaler(
         "walk",
         "vllm",
@@ -171,6 +171,25 @@ async fn scales_down_to_min_and_a_step_cap_walks_the_fleet_down() {
     assert!(note.contains("on the way to 1"), "{note}");
     let status = env.scalers().get("walk").await.unwrap().status.unwrap();
     assert_eq!(status.desired_replicas, 1);
+    // The unnamed metric goes by its position, in status and in the external metrics API.
+    let names: Vec<_> = status
+        .current_metrics
+        .iter()
+        .map(|m| m.name.as_str())
+        .collect();
+    assert_eq!(names, ["metric-0"]);
+    let selector =
+        llmscaleoperator::extmetrics::selector::LabelSelector::parse("llmscaler=walk").unwrap();
+    let served = llmscaleoperator::extmetrics::values::metric_values(
+        &operator.cache,
+        &env.ns,
+        "metric-0",
+        &selector,
+        k8s_openapi::jiff::Timestamp::now(),
+    )
+    .unwrap();
+    let served = String::from_utf8(served).unwrap();
+    assert!(served.contains(r#""metricName":"metric-0""#), "{served}");
     env.done().await;
 }
 

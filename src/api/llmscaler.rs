@@ -208,10 +208,14 @@ pub enum MetricProvider {
 #[serde(rename_all = "camelCase")]
 pub struct MetricSpec {
     /// Short identifier used in logs, events, status and the external metrics API. A DNS-1123
-    /// label, unique within the scaler.
+    /// label, unique within the scaler; decision, desired-replicas and metric-<number> are taken.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')")
-        .message("metrics[].name must be a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit, e.g. kv-cache"))]
+    #[x_kube(
+        validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')")
+            .message("metrics[].name must be a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit, e.g. kv-cache"),
+        validation = Rule::new("!(self in ['decision', 'desired-replicas']) && !self.matches('^metric-[0-9]+$')")
+            .message("metrics[].name must not be decision, desired-replicas or metric-<number>: the external metrics API gives those names to the decision, the recommendation and unnamed metrics"),
+    )]
     #[schemars(length(max = 63))]
     pub name: Option<String>,
 

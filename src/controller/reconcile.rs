@@ -87,6 +87,12 @@ pub async fn reconcile(
         }
         Err(failure) => {
             tracing::warn!(scaler = %name, namespace = %namespace, reason = failure.reason, detail = %failure.message, "sync failed");
+            // Nothing from an earlier sync stands in for this one: the external metrics API
+            // answers NotFound until a sync succeeds, and an HPA reading it holds.
+            ctx.cache.remove(&ScalerKey {
+                namespace: namespace.clone(),
+                name: name.clone(),
+            });
             let outcome = Outcome::Failed {
                 reason: failure.reason,
                 message: failure.message.clone(),

@@ -170,24 +170,26 @@ async fn authenticate(
     headers: &HeaderMap,
 ) -> Result<UserInfo, ApiError> {
     let unauthorized = |e: AuthnError| ApiError::unauthorized(e.to_string());
+    // As at kube-apiserver, each credential gets its chance: a certificate that is not the
+    // front proxy's does not keep a valid bearer token from counting (its headers never do).
+    let mut certificate_refused = None;
     if !certs.is_empty() {
         match state.request_header() {
-            Some(settings) => {
-                if let Some(user) = settings
-                    .authenticate(certs, headers)
-                    .map_err(unauthorized)?
-                {
-                    return Ok(user);
-                }
-            }
+            Some(settings) => match settings.authenticate(certs, headers) {
+                Ok(Some(user)) => return Ok(user),
+                Ok(None) => {}
+                Err(error) => certificate_refused = Some(unauthorized(error)),
+            },
             None => {
-                return Err(ApiError::unauthorized(
+                certificate_refused = Some(ApiError::unauthorized(
                     "client certificates cannot be checked yet: the front-proxy CA is unknown",
                 ));
             }
         }
     }
-    let token = authn::bearer(headers).ok_or_else(|| unauthorized(AuthnError::NoCredentials))?;
+    let Some(token) = authn::bearer(headers) else {
+        return Err(certificate_refused.unwrap_or_else(|| unauthorized(AuthnError::NoCredentials)));
+    };
     match state.reviewer.user_of(token).await {
         Ok(Some(user)) => Ok(user),
         Ok(None) => Err(unauthorized(AuthnError::BadToken)),
