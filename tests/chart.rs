@@ -419,8 +419,18 @@ fn bad_values_are_refused_at_install_time() {
             "rbac.namespaced needs watch.namespaces",
         ),
         (
-            vec!["externalMetrics.certificate.source=existingSecret"],
+            vec![
+                "externalMetrics.certificate.source=existingSecret",
+                "externalMetrics.certificate.caBundle=Y2E=",
+            ],
             "existingSecret is required",
+        ),
+        (
+            vec![
+                "externalMetrics.certificate.source=existingSecret",
+                "externalMetrics.certificate.existingSecret=mine",
+            ],
+            "the APIService needs that certificate's CA",
         ),
         (
             vec!["serviceAccount.create=false"],

@@ -118,6 +118,48 @@ fn the_dockerfile_builds_the_locked_release_as_nonroot_on_overridable_bases() {
     assert!(workflow.contains("helm lint --strict chart"));
 }
 
+/// The workflow's packaging step, run as written with a pre-release version: the chart carries the
+/// whole version as both its version and appVersion, so it installs the image just pushed.
+#[test]
+fn a_pre_release_packages_a_chart_of_its_own_version() {
+    let workflow =
+        std::fs::read_to_string(common::repo_root().join(".github/workflows/release.yml")).unwrap();
+    let step = workflow
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("- run: helm package "))
+        .expect("a helm package step");
+    let dir = common::repo_root().join("target/test-tmp/release-package");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let args: Vec<String> = step
+        .split_whitespace()
+        .map(|a| {
+            a.trim_matches('"')
+                .replace("${VERSION}", "0.1.0-rc.1")
+                .replace("dist", dir.to_str().unwrap())
+        })
+        .collect();
+    let mut full = vec!["package".to_owned()];
+    full.extend(args);
+    let out = common::helm(&full.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let archive = dir.join("llmscaleoperator-0.1.0-rc.1.tgz");
+    assert!(
+        archive.exists(),
+        "the push step's file name: {}",
+        archive.display()
+    );
+    assert!(workflow.contains("helm push \"dist/llmscaleoperator-${VERSION}.tgz\""));
+    let shown = common::helm(&["show", "chart", archive.to_str().unwrap()]);
+    let chart = String::from_utf8_lossy(&shown.stdout);
+    assert!(chart.contains("version: 0.1.0-rc.1"), "{chart}");
+    assert!(chart.contains("appVersion: 0.1.0-rc.1"), "{chart}");
+}
+
 /// The `members` of the root manifest's `[workspace]`, read without a TOML dependency: the list is
 /// one line of quoted names.
 mod toml_members {
