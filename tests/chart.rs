@@ -560,17 +560,11 @@ async fn helm_install_is_accepted_by_the_real_apiserver() {
         Some(ns.as_str())
     );
 
-    let out = common::helm(&[
-        "uninstall",
-        "chart-it",
-        "--namespace",
-        &ns,
-        "--kubeconfig",
-        kubeconfig,
-    ]);
+    let out = make("undeploy");
     assert!(
         out.status.success(),
-        "{}",
+        "make undeploy: {}{}",
+        String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
