@@ -7,7 +7,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::env::{Env, WAIT};
@@ -31,6 +31,8 @@ fn spawn(env: &Env, name: &'static str, lease_seconds: u64) -> Replica {
 /// A replica that reaches the API server with the kubeconfig at `kubeconfig`.
 fn spawn_via(env: &Env, name: &'static str, lease_seconds: u64, kubeconfig: &Path) -> Replica {
     let (metrics_port, api_port) = (common::free_port(), common::free_port());
+    // Each replica's log is kept for a failure's post-mortem.
+    let log = std::fs::File::create(tempfile_dir(env).join(format!("{name}.log"))).unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_llmscaleoperator"))
         .args(["run", "--kubeconfig", kubeconfig.to_str().unwrap()])
         .args([
@@ -45,9 +47,9 @@ fn spawn_via(env: &Env, name: &'static str, lease_seconds: u64, kubeconfig: &Pat
         .args(["--leader-elect", "--leader-elect-namespace", &env.ns])
         .args(["--leader-elect-lease-seconds", &lease_seconds.to_string()])
         .env("POD_NAME", name)
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .env("RUST_LOG", "info,llmscaleoperator=debug")
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
         .spawn()
         .unwrap();
     Replica {
@@ -243,8 +245,14 @@ async fn a_graceful_stop_hands_the_lease_over_at_once() {
     let (leader_index, standby_index) = if leader == "op-a" { (0, 1) } else { (1, 0) };
     let standby_name = replicas[standby_index].name;
 
+    // SIGTERM, as the kubelet stops a pod: well within the chart's grace period.
     let stopped = Instant::now();
-    let status = common::interrupt(&mut replicas[leader_index].child, WAIT).await;
+    let status = common::terminate(&mut replicas[leader_index].child, WAIT).await;
+    assert!(
+        stopped.elapsed() < Duration::from_secs(10),
+        "the leader took {:?} to exit",
+        stopped.elapsed()
+    );
     assert!(status.success(), "{status:?}");
     common::eventually("the standby to take the released Lease", WAIT, || async {
         (holder(&env).await.as_deref() == Some(standby_name)).then_some(())
@@ -417,4 +425,56 @@ fn tempfile_dir(env: &Env) -> std::path::PathBuf {
     let dir = common::repo_root().join("target/test-tmp").join(&env.ns);
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+#[tokio::test]
+async fn sigterm_lets_the_sync_in_flight_finish_then_exits() {
+    const ANSWER_AFTER: Duration = Duration::from_secs(3);
+    let env = Env::new("leader-drain").await;
+    env.deployment("vllm", 1).await;
+    // A planner that takes its time: the test stops the operator while it thinks.
+    let asked = std::sync::Arc::new(tokio::sync::Notify::new());
+    let notify = asked.clone();
+    let app = axum::Router::new().route(
+        "/decisions",
+        axum::routing::get(move || {
+            let notify = notify.clone();
+            async move {
+                notify.notify_one();
+                tokio::time::sleep(ANSWER_AFTER).await;
+                axum::Json(json!({
+                    "apiVersion": "llmscaling.inference.x-k8s.io/v1alpha1",
+                    "decisions": [{ "namespace": "drain", "serviceId": "llama", "replicas": { "active": 2 } }]
+                }))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let mut replica = spawn(&env, "op-a", 15);
+    env.scaler(
+        "vllm",
+        "vllm",
+        json!({
+            "metricProvider": "Custom", "serverAddress": url,
+            "customProvider": { "serviceId": "llama", "namespace": "drain", "path": "decisions" },
+            "minReplicas": 1, "maxReplicas": 4
+        }),
+    )
+    .await;
+    tokio::time::timeout(WAIT, asked.notified()).await.unwrap();
+    let stopped = Instant::now();
+    let status = common::terminate(&mut replica.child, WAIT).await;
+    let took = stopped.elapsed();
+    assert!(status.success(), "{status:?}");
+    assert!(
+        took >= ANSWER_AFTER - Duration::from_millis(500)
+            && took < ANSWER_AFTER + Duration::from_secs(5),
+        "exited {took:?} after SIGTERM, with a sync {ANSWER_AFTER:?} from done"
+    );
+    // The sync that was running finished its work: the planner's count was written.
+    assert_eq!(env.spec_replicas("vllm").await, 2);
+    env.done().await;
 }

@@ -45,6 +45,32 @@ pub struct Context {
     /// Scaler uids known to have left no deletion-cost marks behind. Unknown (e.g. after a
     /// restart) counts as "may have marks", so the first sync checks.
     unmarked: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Syncs running now; a shutdown waits for them.
+    pub in_flight: InFlight,
+}
+
+/// A count of the syncs running now.
+#[derive(Clone, Default)]
+pub struct InFlight(Arc<std::sync::atomic::AtomicUsize>);
+
+impl InFlight {
+    /// Counts a sync until the returned guard is dropped.
+    pub fn enter(&self) -> InFlightGuard {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        InFlightGuard(self.0.clone())
+    }
+
+    pub fn count(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+pub struct InFlightGuard(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl Context {
@@ -189,10 +215,12 @@ async fn run_one(
         secrets: Default::default(),
         told: Default::default(),
         unmarked: Default::default(),
+        in_flight: Default::default(),
         client,
     });
 
     let (reader, writer) = reflector::store();
+    let in_flight = ctx.in_flight.clone();
     let forget = ctx.clone();
     let stream = reflector::reflector(
         writer,
@@ -222,15 +250,23 @@ async fn run_one(
                 tracing::debug!(%error, "reconcile did not complete");
             }
         });
-    // kube-runtime holds its runner until the LLMScaler store is ready; a shutdown that lands
-    // before the first list completes would otherwise wait forever. Syncs in flight get a grace.
-    let deadline = async {
+    // Syncs in flight get a grace to finish; then the controller is dropped. Not left to
+    // kube-runtime's own graceful shutdown, which can hold on well after the last sync (before
+    // the first list of scalers, and at times after it).
+    let drained = async {
         shutdown.cancelled().await;
-        tokio::time::sleep(SHUTDOWN_GRACE).await;
+        let until = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+        while in_flight.count() > 0 && tokio::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let left = in_flight.count();
+        if left > 0 {
+            tracing::warn!(grace = ?SHUTDOWN_GRACE, syncs = left, "syncs did not finish in time; exiting anyway");
+        }
     };
     tokio::select! {
         () = controller => {}
-        () = deadline => tracing::warn!(grace = ?SHUTDOWN_GRACE, "the controller did not stop in time; exiting anyway"),
+        () = drained => {}
     }
 }
 

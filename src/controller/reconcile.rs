@@ -46,6 +46,7 @@ pub async fn reconcile(
     scaler: Arc<LLMScaler>,
     ctx: Arc<Context>,
 ) -> Result<Action, ReconcileError> {
+    let _running = ctx.in_flight.enter();
     let started = Instant::now();
     let namespace = scaler.namespace().ok_or(ReconcileError::NoNamespace)?;
     let name = scaler.name_any();

@@ -265,18 +265,38 @@ pub async fn interrupt(
     child: &mut std::process::Child,
     within: Duration,
 ) -> std::process::ExitStatus {
+    stop_with(child, "INT", within).await
+}
+
+/// Sends SIGTERM (what the kubelet sends a pod) and waits for the process to exit.
+pub async fn terminate(
+    child: &mut std::process::Child,
+    within: Duration,
+) -> std::process::ExitStatus {
+    stop_with(child, "TERM", within).await
+}
+
+async fn stop_with(
+    child: &mut std::process::Child,
+    signal: &str,
+    within: Duration,
+) -> std::process::ExitStatus {
     let pid = child.id().to_string();
     assert!(
         std::process::Command::new("kill")
-            .args(["-INT", &pid])
+            .args([&format!("-{signal}"), &pid])
             .status()
             .unwrap()
             .success()
     );
-    eventually("the operator to exit after Ctrl-C", within, || {
-        let exited = child.try_wait().unwrap();
-        async move { exited }
-    })
+    eventually(
+        &format!("the operator to exit after SIG{signal}"),
+        within,
+        || {
+            let exited = child.try_wait().unwrap();
+            async move { exited }
+        },
+    )
     .await
 }
 
