@@ -16,8 +16,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::env::{Env, WAIT};
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 /// A decision server on loopback whose answer the test sets, counting the questions.
@@ -75,14 +74,9 @@ impl Planner {
 
 /// Scale actions reported about the scaler: (note, how many times it was reported).
 async fn actions(env: &Env) -> Vec<(String, i32)> {
-    let events: Api<Event> = Api::namespaced(env.client.clone(), &env.ns);
-    events
-        .list(&ListParams::default())
+    env.events_about("vllm")
         .await
-        .unwrap()
-        .items
         .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("vllm"))
         .filter(|e| matches!(e.reason.as_deref(), Some("ScaledUp" | "ScaledDown")))
         .map(|e| (e.note.unwrap_or_default(), e.series.map_or(1, |s| s.count)))
         .collect()

@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 use common::env::{Env, WAIT};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use serde_json::json;
 
 struct Replica {
@@ -122,31 +121,32 @@ async fn served_value(env: &Env, replica: &Replica) -> Option<String> {
 
 /// Who reported the scaler's events.
 async fn reporters(env: &Env) -> Vec<String> {
-    let events: Api<Event> = Api::namespaced(env.client.clone(), &env.ns);
-    events
-        .list(&ListParams::default())
+    env.events_about("vllm")
         .await
-        .unwrap()
-        .items
         .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("vllm"))
         .filter_map(|e| e.reporting_instance)
         .collect()
 }
 
 /// How many events (repeats included) `instance` has reported about the scaler.
 async fn events_by(env: &Env, instance: &str) -> i32 {
-    let events: Api<Event> = Api::namespaced(env.client.clone(), &env.ns);
-    events
-        .list(&ListParams::default())
+    env.events_about("vllm")
         .await
-        .unwrap()
-        .items
         .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("vllm"))
         .filter(|e| e.reporting_instance.as_deref() == Some(instance))
         .map(|e| e.series.map_or(1, |s| s.count))
         .sum()
+}
+
+async fn set_max(env: &Env, max: i32) {
+    env.scalers()
+        .patch(
+            "vllm",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({ "spec": { "maxReplicas": max } })),
+        )
+        .await
+        .unwrap();
 }
 
 /// `load` is per replica with a target of 1: any value above 1 grows the fleet to `max`.
@@ -215,15 +215,7 @@ async fn one_leader_writes_and_a_standby_takes_over_when_it_dies() {
     replicas[leader_index].child.wait().unwrap();
 
     // The new leader writes.
-    let more = json!({ "spec": { "maxReplicas": 4 } });
-    env.scalers()
-        .patch(
-            "vllm",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(more),
-        )
-        .await
-        .unwrap();
+    set_max(&env, 4).await;
     env.wait_ready("vllm", 4).await;
     let after = reporters(&env).await;
     assert!(after.iter().any(|r| r == standby_name), "{after:?}");
@@ -385,24 +377,10 @@ async fn a_partitioned_leader_stops_writing_before_the_standby_takes_over() {
     let a_events = events_by(&env, "op-a").await;
 
     // op-b writes; op-a, back on the network, stays a standby and writes nothing.
-    env.scalers()
-        .patch(
-            "vllm",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(json!({ "spec": { "maxReplicas": 3 } })),
-        )
-        .await
-        .unwrap();
+    set_max(&env, 3).await;
     env.wait_ready("vllm", 3).await;
     partition.heal();
-    env.scalers()
-        .patch(
-            "vllm",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(json!({ "spec": { "maxReplicas": 4 } })),
-        )
-        .await
-        .unwrap();
+    set_max(&env, 4).await;
     env.wait_ready("vllm", 4).await;
     let healed = Instant::now();
     while healed.elapsed() < lease * 2 {

@@ -182,8 +182,8 @@ impl Env {
         Some((c.status, c.reason, c.message))
     }
 
-    /// Events about `scaler` whose reason is `reason`, as "note" strings.
-    pub async fn events(&self, scaler: &str, reason: &str) -> Vec<String> {
+    /// Every event about `scaler`.
+    pub async fn events_about(&self, scaler: &str) -> Vec<Event> {
         let api: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
         api.list(&ListParams::default())
             .await
@@ -191,6 +191,14 @@ impl Env {
             .items
             .into_iter()
             .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(scaler))
+            .collect()
+    }
+
+    /// Events about `scaler` whose reason is `reason`, as "note" strings.
+    pub async fn events(&self, scaler: &str, reason: &str) -> Vec<String> {
+        self.events_about(scaler)
+            .await
+            .into_iter()
             .filter(|e| e.reason.as_deref() == Some(reason))
             .filter_map(|e| e.note)
             .collect()
