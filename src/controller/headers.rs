@@ -72,8 +72,16 @@ impl SecretCache {
             reason: e.to_string(),
         })?;
         let data = secret.data.unwrap_or_default();
-        self.lock().insert(key, (Instant::now(), data.clone()));
+        self.keep(key, data.clone(), Instant::now());
         Ok(data)
+    }
+
+    /// Remembers a read, and forgets every read too old to be reused: a Secret that no scaler
+    /// names any more (its scaler deleted or pointed elsewhere) does not stay in memory.
+    fn keep(&self, key: (String, String), data: SecretData, now: Instant) {
+        let mut read = self.lock();
+        read.retain(|_, (at, _)| now.saturating_duration_since(*at) < SECRET_REFRESH);
+        read.insert(key, (now, data));
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), (Instant, SecretData)>> {
@@ -130,6 +138,23 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), ByteString(v.to_vec())))
             .collect()
+    }
+
+    #[test]
+    fn reads_too_old_to_reuse_are_forgotten() {
+        let cache = SecretCache::default();
+        let start = Instant::now();
+        let key = |name: &str| ("ns".to_owned(), name.to_owned());
+        cache.keep(key("gone"), data(&[("A", b"1")]), start);
+        cache.keep(
+            key("kept"),
+            data(&[("B", b"2")]),
+            start + SECRET_REFRESH / 2,
+        );
+        cache.keep(key("new"), data(&[("C", b"3")]), start + SECRET_REFRESH);
+        let mut names: Vec<_> = cache.lock().keys().map(|(_, n)| n.clone()).collect();
+        names.sort();
+        assert_eq!(names, ["kept", "new"]);
     }
 
     #[test]

@@ -46,26 +46,26 @@ pub struct Context {
     /// restart) counts as "may have marks", so the first sync checks.
     unmarked: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Syncs running now; a shutdown waits for them.
-    pub in_flight: InFlight,
+    in_flight: InFlight,
 }
 
 /// A count of the syncs running now.
 #[derive(Clone, Default)]
-pub struct InFlight(Arc<std::sync::atomic::AtomicUsize>);
+struct InFlight(Arc<std::sync::atomic::AtomicUsize>);
 
 impl InFlight {
     /// Counts a sync until the returned guard is dropped.
-    pub fn enter(&self) -> InFlightGuard {
+    fn enter(&self) -> InFlightGuard {
         self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         InFlightGuard(self.0.clone())
     }
 
-    pub fn count(&self) -> usize {
+    fn count(&self) -> usize {
         self.0.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
-pub struct InFlightGuard(Arc<std::sync::atomic::AtomicUsize>);
+struct InFlightGuard(Arc<std::sync::atomic::AtomicUsize>);
 
 impl Drop for InFlightGuard {
     fn drop(&mut self) {

@@ -22,7 +22,7 @@ pub enum TargetError {
 /// workload object's size on a big fleet.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Target {
-    /// Name, namespace, uid, generation and resourceVersion only.
+    /// Name, namespace, uid and generation only.
     pub metadata: ObjectMeta,
     pub spec_replicas: Option<i32>,
     /// spec.selector as a label selector for listing pods, or why it cannot be one.
@@ -43,7 +43,6 @@ impl Target {
                 namespace: meta.namespace.clone(),
                 uid: meta.uid.clone(),
                 generation: meta.generation,
-                resource_version: meta.resource_version.clone(),
                 ..ObjectMeta::default()
             },
             spec_replicas: int_at(data, "/spec/replicas"),
