@@ -3,7 +3,7 @@ SHELL := /usr/bin/env bash
 CLUSTER_PROFILE ?= minimal
 CRD_FILE := config/crd/bases/autoscaling.modelsphere.dev_llmscalers.yaml
 
-.PHONY: help build test bench demo crd manifests deploy undeploy deps cluster-up cluster-down fmt lint clean
+.PHONY: help build test bench lab lab-quick demo crd manifests deploy undeploy deps cluster-up cluster-down fmt lint clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -19,6 +19,12 @@ bench: ## Benchmarks (numbers as ratios from one run; never part of make test)
 	cargo bench --locked --bench policies
 	cargo bench --locked --bench extmetrics
 	cargo bench --locked --bench operator
+
+lab: ## The scaling-quality lab: the operator against every peer on simulated vLLM traces (≤ 15 min; target/bench/lab/)
+	cargo bench --locked --bench policies
+
+lab-quick: ## The lab on one trace, one start-up delay and 5 seeds (about a minute)
+	cargo bench --locked --bench policies -- --quick
 
 demo: ## A simulated vLLM fleet scaled live by the operator; a plot of the run at the end (Ctrl-C ends early)
 	scripts/demo.sh

@@ -1,265 +1,647 @@
-//! `make bench`, scaling quality: each built-in trace replayed over the simulated fleet (sim/)
-//! under three policies, side by side, in simulated time (deterministic, seconds of real time):
+//! `make lab` (and `make bench`): the scaling-quality lab. Every trace of `sim/src/lab/workload.rs`
+//! is replayed, for many seeds and three start-up delays, over the simulated vLLM fleet under
+//! this operator's real decision core (`scaling::decide`) and under every peer's control law
+//! (`sim/src/lab/peers/`), each at its defaults and over a small grid of settings, plus an oracle
+//! that knows the future. One seed is one exact workload for every policy, so the operator's
+//! difference to each peer is paired, with a bootstrap 95% interval.
 //!
-//! - this operator with its defaults (the real decision core, `scaling::decide`; cache-aware
-//!   scale-down removes the coldest pods),
-//! - the same with cache-aware scale-down off (the newest pods go, as a ReplicaSet chooses),
-//! - an HPA-equivalent policy: the ratio with a 10% tolerance, 300 s scale-down stabilization,
-//!   and the default scale-up limit (double, or +4 pods, per 15 s).
+//! Writes target/bench/lab/README.md (the tables), a Pareto plot per (trace, start-up delay) and
+//! a timeline per trace (one seed, 180 s start-up) as SVG beside it.
 //!
-//! Reported: requests whose first token missed the SLO, replica-hours, warm-cache evictions (a pod
-//! removed while a colder one lived), lost requests and scale actions. The table is printed and
-//! written to target/bench/policies.md.
+//! Arguments (after `--`): `--quick` (one trace, one delay, 5 seeds), `--seeds N`,
+//! `--traces conversation,step`, `--delays 60,180,300`, `--threads N`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::collections::VecDeque;
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use llmscaleoperator::scaling::{
-    Bounds, Candidate, Entry, Input, MetricReading, Ranking, ScaleDownPolicy, Signal, TargetState,
-    decide, pick,
+    Bounds as OpBounds, Entry, Input, MetricReading, ScaleDownPolicy, Signal as OpSignal,
+    SkipReason, TargetState, decide,
 };
-use llmscaleoperator_sim::fleet::{Fleet, FleetConfig, Totals};
-use llmscaleoperator_sim::trace::Trace;
+use llmscaleoperator_sim::lab::chart::{self, ParetoPoint, Timeline};
+use llmscaleoperator_sim::lab::engine::PodProfile;
+use llmscaleoperator_sim::lab::metrics::Gauge;
+use llmscaleoperator_sim::lab::oracle::{Oracle, per_pod_capacity};
+use llmscaleoperator_sim::lab::peers::{
+    AibrixApa, AibrixConfig, AibrixKpa, Hpa, HpaConfig, Keda, KedaConfig, Knative, KnativeConfig,
+    Tolerances, Wva, WvaConfig,
+};
+use llmscaleoperator_sim::lab::policy::{Bounds, Policy, Victims, View};
+use llmscaleoperator_sim::lab::report::{
+    Runs, best_of, miss_percent, paired_difference, replica_hours, summarize,
+};
+use llmscaleoperator_sim::lab::run::{FleetSetup, Outcome, run};
+use llmscaleoperator_sim::lab::workload::{Request, Shape, generate};
 
-const TRACE_SECONDS: f64 = 3600.0;
-const SYNC: u64 = 15;
-/// Requests in flight or waiting per replica.
-const TARGET: f64 = 20.0;
-const MIN: i32 = 1;
-const MAX: i32 = 40;
-
-#[derive(Clone, Copy, PartialEq)]
-enum Policy {
-    Operator { cache_aware: bool },
-    Hpa,
+/// The operator as a user would set it up for vLLM: one Prometheus query, the mean requests in
+/// flight per scraped pod, with requests held at the gateway added (so a fleet at zero wakes):
+///
+/// ```text
+/// (sum(vllm:num_requests_running + vllm:num_requests_waiting) + sum(gateway_pending))
+///   / clamp_min(count(vllm:num_requests_running), 1)
+/// ```
+struct Operator {
+    label: String,
+    target: f64,
+    bounds: Bounds,
+    window_seconds: i32,
+    cache_aware: bool,
+    history: Vec<Entry>,
 }
 
-impl Policy {
-    fn name(self) -> &'static str {
-        match self {
-            Policy::Operator { cache_aware: true } => "llmscaleoperator (defaults)",
-            Policy::Operator { cache_aware: false } => "llmscaleoperator, cache-aware off",
-            Policy::Hpa => "HPA-equivalent",
+impl Operator {
+    fn new(bounds: Bounds) -> Self {
+        Self {
+            label: "llmscaleoperator".into(),
+            target: TARGET,
+            bounds,
+            window_seconds: 0,
+            cache_aware: true,
+            history: Vec::new(),
         }
+    }
+
+    fn named(mut self, label: &str) -> Self {
+        self.label = label.into();
+        self
     }
 }
 
-struct Outcome {
-    totals: Totals,
-    scale_actions: u32,
-    peak: i32,
-}
+/// Requests in flight per pod: every ratio policy's reference target.
+const TARGET: f64 = 16.0;
+const EPOCH: i64 = 1_800_000_000;
 
-/// The pods of a Deployment: names and creation order.
-struct Pods {
-    next: u64,
-    live: Vec<(String, u64)>,
-}
-
-impl Pods {
-    fn resize(&mut self, to: i32, fleet: &Fleet, ranking: Ranking) {
-        let to = usize::try_from(to).unwrap();
-        while self.live.len() < to {
-            self.next += 1;
-            self.live.push((format!("pod-{}", self.next), self.next));
-        }
-        if self.live.len() > to {
-            let candidates: Vec<Candidate> = self
-                .live
-                .iter()
-                .map(|(name, order)| Candidate {
-                    name: name.clone(),
-                    created: Timestamp::from_second(i64::try_from(*order).unwrap()).ok(),
-                    warmth: fleet.pods().find(|p| p.name == name).map(|p| p.kv_usage),
-                })
-                .collect();
-            let victims = pick(&candidates, self.live.len() - to, ranking);
-            self.live.retain(|(name, _)| !victims.contains(name));
-        }
+impl Policy for Operator {
+    fn label(&self) -> String {
+        self.label.clone()
     }
-}
 
-/// Simulated seconds before the trace starts, at its first rate: long enough for the cold start's
-/// backlog to drain, so every policy starts from the same steady fleet.
-const WARM_UP: u64 = 900;
-
-fn run(trace: &Trace, policy: Policy) -> Outcome {
-    let trace = &trace.delayed(Duration::from_secs(WARM_UP));
-    let mut fleet = Fleet::new(FleetConfig {
-        startup_delay: Duration::from_secs(90),
-        ..FleetConfig::default()
-    });
-    let mut pods = Pods {
-        next: 0,
-        live: Vec::new(),
-    };
-    let ranking = match policy {
-        Policy::Operator { cache_aware: true } => Ranking::Measured,
-        _ => Ranking::NewestFirst,
-    };
-    pods.resize(2, &fleet, ranking);
-    fleet.set_pods(pods.live.iter().map(|(n, _)| n.clone()));
-    for _ in 0..WARM_UP {
-        fleet.step(Duration::from_secs(1), trace);
+    fn period(&self) -> f64 {
+        15.0
     }
-    let mut spec = 2;
-    let mut history: Vec<Entry> = Vec::new();
-    let mut hpa_window: VecDeque<(u64, i32)> = VecDeque::new();
-    let mut scale_actions = 0;
-    let mut peak = spec;
-    let start = Timestamp::from_second(1_800_000_000).unwrap();
-    let ticks = TRACE_SECONDS as u64;
-    // Only the trace counts, not the warm-up.
-    let warm = fleet.totals().clone();
-    for second in 0..ticks {
-        fleet.step(Duration::from_secs(1), trace);
-        if second % SYNC != 0 {
-            continue;
-        }
-        let useful: Vec<_> = fleet.pods().filter(|p| p.useful).collect();
-        let ready = i32::try_from(useful.len()).unwrap();
-        let value = if useful.is_empty() {
-            f64::NAN
+
+    fn victims(&self) -> Victims {
+        if self.cache_aware {
+            Victims::Coldest
         } else {
-            useful
-                .iter()
-                .map(|p| (p.running + p.waiting) as f64)
-                .sum::<f64>()
-                / useful.len() as f64
-                + fleet.pending() as f64 / useful.len() as f64
-        };
-        let now = start + SignedDuration::from_secs(i64::try_from(second).unwrap());
-        let next = match policy {
-            Policy::Operator { .. } => {
-                let decision = decide(&Input {
-                    signal: Signal::Ratio(vec![MetricReading {
-                        name: "busy".into(),
-                        value: if value.is_finite() {
-                            Ok(value)
-                        } else {
-                            Err(llmscaleoperator::scaling::SkipReason::NotFinite(value))
-                        },
-                        target: TARGET,
-                    }]),
-                    target: TargetState {
-                        spec_replicas: spec,
-                        ready_replicas: ready,
-                        rollout: None,
-                    },
-                    bounds: Bounds { min: MIN, max: MAX },
-                    scale_down: ScaleDownPolicy {
-                        window_seconds: 0,
-                        max_step: 0,
-                    },
-                    history: history.clone(),
-                    now,
-                });
-                history = decision.history.clone();
-                decision.write.unwrap_or(spec)
-            }
-            Policy::Hpa => hpa(spec, ready, value, second, &mut hpa_window),
-        };
-        if next != spec {
-            scale_actions += 1;
-            spec = next;
-            peak = peak.max(spec);
-            pods.resize(spec, &fleet, ranking);
-            fleet.set_pods(pods.live.iter().map(|(n, _)| n.clone()));
+            Victims::ReplicaSet
         }
     }
-    let end = fleet.totals();
-    Outcome {
-        totals: Totals {
-            arrived: end.arrived - warm.arrived,
-            finished: end.finished - warm.finished,
-            lost: end.lost - warm.lost,
-            slo_violations: end.slo_violations - warm.slo_violations,
-            warm_evictions: end.warm_evictions - warm.warm_evictions,
-            pod_seconds: end.pod_seconds - warm.pod_seconds,
-        },
-        scale_actions,
-        peak,
+
+    fn decide(&mut self, view: &View<'_>) -> u32 {
+        let running = view.metrics.latest(view.now, Gauge::Running);
+        let waiting: f64 = view
+            .metrics
+            .latest(view.now, Gauge::Waiting)
+            .iter()
+            .map(|(_, v)| v)
+            .sum();
+        let gateway = view.metrics.gateway_pending(view.now);
+        let value = match gateway {
+            None if running.is_empty() => Err(SkipReason::Unavailable("no series".into())),
+            _ => {
+                let sum = running.iter().map(|(_, v)| v).sum::<f64>() + waiting;
+                Ok((sum + gateway.unwrap_or(0.0)) / running.len().max(1) as f64)
+            }
+        };
+        let now = Timestamp::from_second(EPOCH).unwrap()
+            + SignedDuration::from_millis((view.now * 1000.0) as i64);
+        let decision = decide(&Input {
+            signal: OpSignal::Ratio(vec![MetricReading {
+                name: "in-flight".into(),
+                value,
+                target: self.target,
+            }]),
+            target: TargetState {
+                spec_replicas: i32::try_from(view.spec).unwrap(),
+                ready_replicas: i32::try_from(view.ready()).unwrap(),
+                rollout: None,
+            },
+            bounds: OpBounds {
+                min: i32::try_from(self.bounds.min).unwrap(),
+                max: i32::try_from(self.bounds.max).unwrap(),
+            },
+            scale_down: ScaleDownPolicy {
+                window_seconds: self.window_seconds,
+                max_step: 0,
+            },
+            history: std::mem::take(&mut self.history),
+            now,
+        });
+        self.history = decision.history;
+        decision
+            .write
+            .map_or(view.spec, |w| u32::try_from(w).unwrap_or(0))
     }
 }
 
-/// The HPA's algorithm with its default behaviour, for one sync.
-fn hpa(spec: i32, ready: i32, value: f64, second: u64, window: &mut VecDeque<(u64, i32)>) -> i32 {
-    let ratio = if value.is_finite() {
-        value / TARGET
-    } else {
-        1.0
-    };
-    let raw = if (ratio - 1.0).abs() <= 0.1 {
-        spec
-    } else {
-        (f64::from(ready.max(1)) * ratio).ceil() as i32
-    };
-    let raw = raw.clamp(MIN, MAX);
-    // Scale-down: the highest recommendation of the last 300 s.
-    window.push_back((second, raw));
-    while window.front().is_some_and(|(at, _)| second - at > 300) {
-        window.pop_front();
-    }
-    let stabilized = if raw < spec {
-        window
-            .iter()
-            .map(|(_, r)| *r)
-            .max()
-            .unwrap_or(raw)
-            .min(spec)
-    } else {
-        raw
-    };
-    // Scale-up: at most double, or +4 pods, per 15 s.
-    let up_limit = (spec * 2).max(spec + 4);
-    stabilized.min(up_limit).clamp(MIN, MAX)
+/// One policy of a cell's roster.
+struct Entrant {
+    family: &'static str,
+    default: bool,
+    policy: Box<dyn Policy>,
 }
+
+fn entrant(family: &'static str, default: bool, policy: impl Policy + 'static) -> Entrant {
+    Entrant {
+        family,
+        default,
+        policy: Box::new(policy),
+    }
+}
+
+/// Per-pod targets every ratio peer is also run at.
+const GRID_TARGETS: [f64; 3] = [8.0, 24.0, 32.0];
+
+/// Every policy judged on one workload: the operator and each peer at its defaults, each over
+/// its grid, and the oracle.
+fn roster(
+    bounds: Bounds,
+    requests: &[Request],
+    duration: f64,
+    capacity: f64,
+    startup: f64,
+) -> Vec<Entrant> {
+    let mut all = vec![
+        entrant("operator", true, Operator::new(bounds)),
+        entrant(
+            "operator",
+            false,
+            Operator {
+                cache_aware: false,
+                ..Operator::new(bounds).named("llmscaleoperator (cache-aware off)")
+            },
+        ),
+        entrant(
+            "operator",
+            false,
+            Operator {
+                window_seconds: 300,
+                ..Operator::new(bounds).named("llmscaleoperator (down window 300 s)")
+            },
+        ),
+        entrant(
+            "oracle",
+            true,
+            Oracle::new(requests, duration, capacity, startup * 1.2, bounds),
+        ),
+    ];
+    for target in GRID_TARGETS {
+        all.push(entrant(
+            "operator",
+            false,
+            Operator {
+                target,
+                ..Operator::new(bounds).named(&format!("llmscaleoperator (target {target})"))
+            },
+        ));
+    }
+
+    // HPA: defaults, the scale-down window over 0/60 s, the targets.
+    let hpa = HpaConfig::new(bounds);
+    all.push(entrant("HPA", true, Hpa::new(hpa.clone())));
+    for window in [0.0, 60.0] {
+        let mut c = hpa.clone();
+        c.behavior = c.behavior.map(|b| b.with_down_window(window));
+        all.push(entrant("HPA", false, Hpa::new(c)));
+    }
+    for target in GRID_TARGETS {
+        all.push(entrant(
+            "HPA",
+            false,
+            Hpa::new(HpaConfig {
+                target,
+                ..hpa.clone()
+            }),
+        ));
+    }
+
+    // KEDA: defaults and the thresholds.
+    let keda = KedaConfig::new(bounds);
+    all.push(entrant("KEDA", true, Keda::new(keda.clone())));
+    for target in GRID_TARGETS {
+        all.push(entrant(
+            "KEDA",
+            false,
+            Keda::new(KedaConfig {
+                threshold: target,
+                ..keda.clone()
+            }),
+        ));
+    }
+
+    // Knative KPA: defaults and the targets.
+    let kpa = KnativeConfig::new(bounds);
+    all.push(entrant("Knative KPA", true, Knative::new(kpa.clone())));
+    for target in GRID_TARGETS {
+        all.push(entrant(
+            "Knative KPA",
+            false,
+            Knative::new(KnativeConfig {
+                target,
+                ..kpa.clone()
+            }),
+        ));
+    }
+
+    // AIBrix: APA and KPA as documented and as shipped, and the targets.
+    let aibrix = AibrixConfig::new(bounds);
+    all.push(entrant("AIBrix APA", true, AibrixApa::new(aibrix.clone())));
+    all.push(entrant("AIBrix KPA", true, AibrixKpa::new(aibrix.clone())));
+    let shipped = AibrixConfig {
+        shipped: true,
+        ..aibrix.clone()
+    };
+    all.push(entrant(
+        "AIBrix APA",
+        false,
+        AibrixApa::new(shipped.clone()),
+    ));
+    all.push(entrant("AIBrix KPA", false, AibrixKpa::new(shipped)));
+    for target in GRID_TARGETS {
+        let c = AibrixConfig {
+            target,
+            ..aibrix.clone()
+        };
+        all.push(entrant("AIBrix APA", false, AibrixApa::new(c.clone())));
+        all.push(entrant("AIBrix KPA", false, AibrixKpa::new(c)));
+    }
+
+    // llm-d WVA: with the HPA its chart ships, with that HPA's tolerance at 0 (Kubernetes 1.33's
+    // configurable tolerance), and driving the replicas directly.
+    let wva = WvaConfig::new(bounds);
+    all.push(entrant("WVA", true, Wva::new(wva.clone())));
+    all.push(entrant(
+        "WVA",
+        false,
+        Wva::new(WvaConfig {
+            hpa_tolerances: Tolerances { down: 0.0, up: 0.0 },
+            ..wva.clone()
+        }),
+    ));
+    all.push(entrant(
+        "WVA",
+        false,
+        Wva::new(WvaConfig { hpa: None, ..wva }),
+    ));
+    all
+}
+
+struct Args {
+    seeds: u64,
+    traces: Vec<Shape>,
+    delays: Vec<f64>,
+    threads: usize,
+}
+
+fn parse_args() -> Args {
+    let mut args = Args {
+        seeds: 20,
+        traces: Shape::ALL.to_vec(),
+        delays: vec![60.0, 180.0, 300.0],
+        threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--quick" => {
+                args.seeds = 5;
+                args.traces = vec![Shape::Conversation];
+                args.delays = vec![180.0];
+            }
+            "--seeds" => args.seeds = it.next().and_then(|v| v.parse().ok()).unwrap(),
+            "--threads" => args.threads = it.next().and_then(|v| v.parse().ok()).unwrap(),
+            "--traces" => {
+                args.traces = it
+                    .next()
+                    .unwrap()
+                    .split(',')
+                    .map(|n| Shape::parse(n).unwrap_or_else(|| panic!("unknown trace {n}")))
+                    .collect();
+            }
+            "--delays" => {
+                args.delays = it
+                    .next()
+                    .unwrap()
+                    .split(',')
+                    .map(|d| d.parse().unwrap())
+                    .collect();
+            }
+            // cargo bench passes --bench to every bench binary.
+            _ => {}
+        }
+    }
+    args
+}
+
+/// The seed and start-up delay whose timelines are drawn.
+const TIMELINE_SEED: u64 = 0;
+const TIMELINE_DELAY: f64 = 180.0;
+
+type CellKey = (Shape, u64);
 
 fn main() {
-    let policies = [
-        Policy::Operator { cache_aware: true },
-        Policy::Operator { cache_aware: false },
-        Policy::Hpa,
-    ];
-    let mut table = String::new();
+    let started = Instant::now();
+    let args = parse_args();
+    let profile = PodProfile::default();
+    let setup = FleetSetup {
+        profile,
+        ..FleetSetup::default()
+    };
+    let capacities: BTreeMap<Shape, f64> = args
+        .traces
+        .iter()
+        .map(|s| (*s, per_pod_capacity(*s, profile, setup.slo_ttft)))
+        .collect();
+    let units: Vec<(Shape, f64, u64)> = args
+        .traces
+        .iter()
+        .flat_map(|s| {
+            args.delays
+                .iter()
+                .flat_map(move |d| (0..args.seeds).map(move |seed| (*s, *d, seed)))
+        })
+        .collect();
+    // (trace, delay) -> label -> (family, default, outcome per seed)
+    type Cells = BTreeMap<CellKey, BTreeMap<String, (String, bool, Vec<(u64, Outcome)>)>>;
+    let cells: Mutex<Cells> = Mutex::new(BTreeMap::new());
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..args.threads.max(1) {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&(shape, delay, seed)) = units.get(i) else {
+                        return;
+                    };
+                    let results = run_unit(shape, delay, seed, &setup, capacities[&shape]);
+                    let mut cells = cells.lock().unwrap();
+                    let cell = cells.entry((shape, delay as u64)).or_default();
+                    for (label, family, default, outcome) in results {
+                        cell.entry(label)
+                            .or_insert_with(|| (family, default, Vec::new()))
+                            .2
+                            .push((seed, outcome));
+                    }
+                }
+            });
+        }
+    });
+    let cells = cells.into_inner().unwrap();
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench/lab");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut md = String::new();
     let _ = writeln!(
-        table,
-        "Scaling quality, simulated fleet (sim/), {} s per trace, sync {SYNC} s, target {TARGET} requests per replica, 90 s start-up, TTFT SLO 2 s\n",
-        TRACE_SECONDS
+        md,
+        "# Scaling quality (sim/src/lab), {} seeds, {} s of real time\n",
+        args.seeds,
+        started.elapsed().as_secs()
     );
     let _ = writeln!(
-        table,
-        "| trace | policy | SLO missed | replica-hours | warm evictions | lost | scale actions | peak |"
+        md,
+        "Pod: {profile:?}. TTFT SLO {} s; misses count late, lost and censored requests. \
+         Per-pod capacity used by the oracle (requests/s): {}.\n",
+        setup.slo_ttft,
+        capacities
+            .iter()
+            .map(|(s, c)| format!("{} {c:.2}", s.name()))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
-    let _ = writeln!(
-        table,
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+    let mut timelines: BTreeMap<Shape, Vec<Timeline>> = BTreeMap::new();
+    for ((shape, delay), by_label) in &cells {
+        let runs: Vec<Runs> = by_label
+            .iter()
+            .map(|(label, (family, default, outcomes))| {
+                let mut outcomes = outcomes.clone();
+                outcomes.sort_by_key(|(seed, _)| *seed);
+                if *delay as f64 == TIMELINE_DELAY
+                    && *default
+                    && let Some((_, o)) = outcomes.iter().find(|(s, _)| *s == TIMELINE_SEED)
+                {
+                    timelines.entry(*shape).or_default().push(Timeline {
+                        label: label.clone(),
+                        family: family.clone(),
+                        moments: o.timeline.clone(),
+                    });
+                }
+                Runs {
+                    label: label.clone(),
+                    family: family.clone(),
+                    default: *default,
+                    outcomes: outcomes.into_iter().map(|(_, o)| o).collect(),
+                }
+            })
+            .collect();
+        render_cell(&mut md, &dir, *shape, *delay, &runs);
+    }
+    for (shape, lines) in &timelines {
+        let file = format!("timeline-{}.svg", shape.name());
+        chart::timeline(
+            &dir.join(&file),
+            &format!(
+                "{}: seed {TIMELINE_SEED}, {TIMELINE_DELAY} s start-up, every policy at its defaults",
+                shape.name()
+            ),
+            lines,
+        )
+        .unwrap();
+        let _ = writeln!(md, "![timeline {}]({file})\n", shape.name());
+    }
+    std::fs::write(dir.join("README.md"), &md).unwrap();
+    print!("{md}");
+    println!(
+        "\nwritten to {} in {} s",
+        dir.display(),
+        started.elapsed().as_secs()
     );
-    for name in Trace::BUILTINS {
-        let trace = Trace::builtin(name, TRACE_SECONDS).unwrap();
-        for policy in policies {
-            let o = run(&trace, policy);
-            let missed = 100.0 * o.totals.slo_violations as f64 / o.totals.arrived.max(1) as f64;
-            let _ = writeln!(
-                table,
-                "| {name} | {} | {missed:.1}% of {} | {:.1} | {} | {} | {} | {} |",
-                policy.name(),
-                o.totals.arrived,
-                o.totals.pod_seconds / 3600.0,
-                o.totals.warm_evictions,
-                o.totals.lost,
-                o.scale_actions,
-                o.peak
+}
+
+/// Runs every policy of the roster on one seed's workload.
+fn run_unit(
+    shape: Shape,
+    delay: f64,
+    seed: u64,
+    setup: &FleetSetup,
+    capacity: f64,
+) -> Vec<(String, String, bool, Outcome)> {
+    let requests = generate(shape, seed);
+    let bounds = Bounds {
+        min: u32::from(!shape.scales_to_zero()),
+        max: 64,
+    };
+    // Every policy starts from the fleet the first two minutes need.
+    let early = requests.iter().take_while(|r| r.at < 120.0).count() as f64 / 120.0;
+    let initial = bounds.clamp((early / capacity).ceil() as i64).max(1);
+    let duration = shape.duration();
+    roster(bounds, &requests, duration, capacity, delay)
+        .into_iter()
+        .map(|mut e| {
+            let timeline = seed == TIMELINE_SEED && delay == TIMELINE_DELAY && e.default;
+            let cell_setup = FleetSetup {
+                startup: delay,
+                initial_pods: initial,
+                timeline_every: if timeline { 10.0 } else { 0.0 },
+                ..*setup
+            };
+            let outcome = run(
+                &requests,
+                duration,
+                shape.step_at(),
+                e.policy.as_mut(),
+                &cell_setup,
+                seed,
             );
+            (e.policy.label(), e.family.to_owned(), e.default, outcome)
+        })
+        .collect()
+}
+
+fn fmt_seconds(v: f64) -> String {
+    if v.is_finite() {
+        format!("{v:.2}")
+    } else {
+        "∞".into()
+    }
+}
+
+fn fmt_interval(i: Option<llmscaleoperator_sim::lab::report::Interval>) -> String {
+    match i {
+        Some(i) => format!(
+            "{:+.2} [{:+.2}, {:+.2}]{}",
+            i.mean,
+            i.low,
+            i.high,
+            if i.excludes_zero() { "" } else { " ~" }
+        ),
+        None => "-".into(),
+    }
+}
+
+/// One (trace, start-up delay): the full table, the paired comparison and the Pareto plot.
+fn render_cell(md: &mut String, dir: &Path, shape: Shape, delay: u64, runs: &[Runs]) {
+    let oracle_hours = runs
+        .iter()
+        .find(|r| r.family == "oracle")
+        .map_or(f64::NAN, |r| summarize(&r.outcomes).replica_hours);
+    let _ = writeln!(md, "## {}, {delay} s start-up\n", shape.name());
+    let _ = writeln!(
+        md,
+        "| policy | SLO attained | TTFT p50 / p95 / p99 (s) | TPOT p95 (s) | replica-h | × oracle | actions | oscillations | wasted cold starts | warm evictions | lost | recovery (s) |"
+    );
+    let _ = writeln!(
+        md,
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    let mut sorted: Vec<&Runs> = runs.iter().collect();
+    sorted.sort_by(|a, b| {
+        family_rank(&a.family)
+            .cmp(&family_rank(&b.family))
+            .then(b.default.cmp(&a.default))
+            .then(a.label.cmp(&b.label))
+    });
+    for r in &sorted {
+        let s = summarize(&r.outcomes);
+        let _ = writeln!(
+            md,
+            "| {}{} | {:.2}% | {} / {} / {} | {:.3} | {:.1} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} |",
+            if r.default { "**" } else { "" },
+            r.label,
+            100.0 * s.attainment,
+            fmt_seconds(s.ttft_p50),
+            fmt_seconds(s.ttft_p95),
+            fmt_seconds(s.ttft_p99),
+            s.tpot_p95,
+            s.replica_hours,
+            s.replica_hours / oracle_hours,
+            s.scale_actions,
+            s.oscillations,
+            s.wasted_cold_starts,
+            s.warm_evictions,
+            s.lost,
+            s.recovery.map_or("-".into(), |v| format!("{v:.0}")),
+        );
+    }
+    // The operator's defaults against each peer's defaults and best grid setting.
+    if let Some(op) = runs.iter().find(|r| r.family == "operator" && r.default) {
+        let budget = summarize(&op.outcomes).replica_hours;
+        let _ = writeln!(
+            md,
+            "\nThe operator's defaults minus each peer, paired by seed: mean [95% bootstrap interval]; `~` marks an interval that holds zero. Negative numbers favour the operator. A peer's *best* setting is its grid point with the most SLO attained at no more replica-hours than the operator's defaults (or its cheapest, when all cost more).\n"
+        );
+        let _ = writeln!(md, "| peer setting | Δ SLO misses (pp) | Δ replica-hours |");
+        let _ = writeln!(md, "| --- | ---: | ---: |");
+        let mut families: Vec<&str> = runs
+            .iter()
+            .map(|r| r.family.as_str())
+            .filter(|f| *f != "operator" && *f != "oracle")
+            .collect();
+        families.sort_by_key(|f| family_rank(f));
+        families.dedup();
+        for family in families {
+            let default = runs.iter().find(|r| r.family == family && r.default);
+            let best = best_of(runs, family, budget);
+            let mut shown = Vec::new();
+            for (which, peer) in [("defaults", default), ("best", best)] {
+                let Some(peer) = peer else { continue };
+                if shown.contains(&peer.label) {
+                    continue;
+                }
+                shown.push(peer.label.clone());
+                let misses = paired_difference(&miss_percent(op), &miss_percent(peer), 2000, 7);
+                let hours = paired_difference(&replica_hours(op), &replica_hours(peer), 2000, 8);
+                let _ = writeln!(
+                    md,
+                    "| {} ({which}) | {} | {} |",
+                    peer.label,
+                    fmt_interval(misses),
+                    fmt_interval(hours)
+                );
+            }
         }
     }
-    print!("{table}");
-    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("policies.md"), &table).unwrap();
-    println!("\nwritten to {}", dir.join("policies.md").display());
+    let file = format!("pareto-{}-{delay}s.svg", shape.name());
+    let points: Vec<ParetoPoint> = runs
+        .iter()
+        .map(|r| {
+            let s = summarize(&r.outcomes);
+            ParetoPoint {
+                label: r.label.clone(),
+                family: r.family.clone(),
+                default: r.default,
+                replica_hours: s.replica_hours,
+                attainment: 100.0 * s.attainment,
+            }
+        })
+        .collect();
+    chart::pareto(
+        &dir.join(&file),
+        &format!("{}, {delay} s start-up", shape.name()),
+        &points,
+    )
+    .unwrap();
+    let _ = writeln!(md, "\n![pareto {} {delay} s]({file})\n", shape.name());
+}
+
+fn family_rank(family: &str) -> usize {
+    [
+        "operator",
+        "HPA",
+        "KEDA",
+        "Knative KPA",
+        "AIBrix APA",
+        "AIBrix KPA",
+        "WVA",
+        "oracle",
+    ]
+    .iter()
+    .position(|f| *f == family)
+    .unwrap_or(usize::MAX)
 }

@@ -9,6 +9,7 @@
 
 pub mod exposition;
 pub mod fleet;
+pub mod lab;
 pub mod live;
 pub mod plot;
 pub mod trace;

@@ -1,0 +1,515 @@
+//! One vLLM pod, request by request: continuous batching with a per-step token budget, a KV cache
+//! that fills by pages and binds (the newest request is preempted and recomputed when it is
+//! full), and a prefix cache whose hits skip part of the prefill.
+//!
+//! The pod runs scheduler steps one after another while it has work, as vLLM's engine loop does.
+//! A step costs a fixed part (reading the weights), a part per running sequence and per cached
+//! token (attention), and a part per prefill token, so time to first token and time per output
+//! token both rise with load, and a long prompt delays everyone's next token. The caller moves
+//! time in ticks; a pod's steps keep their own clock across them.
+
+use std::collections::{BTreeMap, VecDeque};
+
+/// What one pod of the fleet is: the lab's default is an 8B model in bf16 on one 24 GB GPU
+/// (L4-class): about 32k tokens of KV cache, ≈20 tokens/s for a lone sequence, ≈5k prefill
+/// tokens/s.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PodProfile {
+    /// KV-cache capacity in tokens (a whole number of pages).
+    pub kv_tokens: u32,
+    /// Tokens per KV page (vLLM's block size).
+    pub page: u32,
+    /// Sequences a step runs at most (`--max-num-seqs`).
+    pub max_seqs: usize,
+    /// Tokens a step schedules at most, decode and prefill together (`--max-num-batched-tokens`).
+    pub step_tokens: u32,
+    /// Seconds every step costs (reading the weights).
+    pub step_base: f64,
+    /// Seconds a step costs per running sequence.
+    pub per_seq: f64,
+    /// Seconds a step costs per thousand tokens held in the KV cache (attention reads).
+    pub per_kilo_kv: f64,
+    /// Seconds per prefill token.
+    pub per_prefill_token: f64,
+    /// Tokens of prefixes the prefix cache keeps (least recently used goes first).
+    pub prefix_cache_tokens: u32,
+}
+
+impl Default for PodProfile {
+    fn default() -> Self {
+        Self {
+            kv_tokens: 32_768,
+            page: 16,
+            max_seqs: 128,
+            step_tokens: 2048,
+            step_base: 0.045,
+            per_seq: 0.0003,
+            per_kilo_kv: 0.0004,
+            per_prefill_token: 0.0002,
+            prefix_cache_tokens: 32_768,
+        }
+    }
+}
+
+/// A request on a pod.
+#[derive(Debug, Clone, Copy)]
+struct Seq {
+    /// Index of the request in the workload.
+    request: usize,
+    arrived: f64,
+    prompt: u32,
+    /// The prefix this request brings and caches once its prefill is done.
+    prefix: Option<(u32, u32)>,
+    /// Prefill tokens still to compute.
+    prefill_left: u32,
+    /// Output tokens still to produce (the first comes with the prefill).
+    output_left: u32,
+    output: u32,
+    /// Tokens it holds in the KV cache.
+    kv: u32,
+    first_token: Option<f64>,
+}
+
+impl Seq {
+    fn pages(&self, page: u32) -> u32 {
+        self.kv.div_ceil(page.max(1))
+    }
+}
+
+/// What happened to a request on a pod during a tick.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Event {
+    /// Its first token, at this time.
+    FirstToken { request: usize, at: f64 },
+    /// Its last token, at this time; with the time per output token.
+    Finished {
+        request: usize,
+        at: f64,
+        tpot: Option<f64>,
+    },
+}
+
+/// A waiting request, before the pod has given it a slot.
+#[derive(Debug, Clone, Copy)]
+pub struct Arrival {
+    pub request: usize,
+    pub arrived: f64,
+    pub prompt: u32,
+    pub output: u32,
+    pub prefix: Option<(u32, u32)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Engine {
+    profile: PodProfile,
+    waiting: VecDeque<Seq>,
+    /// Admitted, in admission order (the newest is preempted first).
+    running: Vec<Seq>,
+    kv_pages: u32,
+    /// Prefix id -> (tokens, last used): least recently used goes first.
+    prefixes: BTreeMap<u32, (u32, f64)>,
+    prefix_tokens: u32,
+    /// Prefix-cache hit tokens, decayed with a 5-minute time constant: how warm the pod is
+    /// (what `rate(vllm:prefix_cache_hits_total[5m])` would show).
+    warmth: f64,
+    /// Prefixes whose prefill completed in the current step, cached at its end.
+    pending_prefixes: Vec<(u32, u32)>,
+    /// When the step in progress ends (the pod's own clock).
+    clock: f64,
+    /// The warmth's decay per tick, for the last tick length seen.
+    decay: (f64, f64),
+    pub preemptions: u64,
+}
+
+/// The decay constant of [`Engine::warmth`].
+const WARMTH_SECONDS: f64 = 300.0;
+
+impl Engine {
+    pub fn new(profile: PodProfile) -> Self {
+        Self {
+            profile,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            kv_pages: 0,
+            prefixes: BTreeMap::new(),
+            prefix_tokens: 0,
+            warmth: 0.0,
+            pending_prefixes: Vec::new(),
+            clock: 0.0,
+            decay: (0.0, 1.0),
+            preemptions: 0,
+        }
+    }
+
+    /// Requests running (admitted, prefilling or decoding): `vllm:num_requests_running`.
+    pub fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Requests queued on the pod: `vllm:num_requests_waiting`.
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// `vllm:kv_cache_usage_perc`, 0 to 1.
+    pub fn kv_usage(&self) -> f64 {
+        f64::from(self.kv_pages * self.profile.page) / f64::from(self.profile.kv_tokens.max(1))
+    }
+
+    pub fn warmth(&self) -> f64 {
+        self.warmth
+    }
+
+    /// Whether the pod holds `prefix` in its prefix cache.
+    pub fn has_prefix(&self, id: u32) -> bool {
+        self.prefixes.contains_key(&id)
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.running.is_empty() && self.waiting.is_empty()
+    }
+
+    /// Queues a request on this pod.
+    pub fn push(&mut self, a: Arrival) {
+        self.waiting.push_back(Seq {
+            request: a.request,
+            arrived: a.arrived,
+            prompt: a.prompt,
+            prefix: a.prefix,
+            prefill_left: a.prompt,
+            output_left: a.output.max(1),
+            output: a.output.max(1),
+            kv: 0,
+            first_token: None,
+        });
+    }
+
+    /// Every request the pod holds, running or waiting, with whether it already had its first
+    /// token: what is lost if the pod goes now.
+    pub fn drain_all(&mut self) -> Vec<(usize, f64, bool)> {
+        let all: Vec<(usize, f64, bool)> = self
+            .running
+            .iter()
+            .chain(self.waiting.iter())
+            .map(|s| (s.request, s.arrived, s.first_token.is_some()))
+            .collect();
+        self.running.clear();
+        self.waiting.clear();
+        self.kv_pages = 0;
+        all
+    }
+
+    /// Runs the pod's scheduler steps that start before `now + dt`; appends what happened to
+    /// `events`. A step that starts inside the tick and ends after it carries over.
+    pub fn tick(&mut self, now: f64, dt: f64, events: &mut Vec<Event>) {
+        if self.decay.0 != dt {
+            self.decay = (dt, (-dt / WARMTH_SECONDS).exp());
+        }
+        self.warmth *= self.decay.1;
+        // Idle time passes without steps.
+        self.clock = self.clock.max(now);
+        let end = now + dt;
+        while self.clock < end {
+            self.admit(self.clock);
+            if self.running.is_empty() {
+                // Nothing to run until the next request arrives.
+                match self.waiting.front() {
+                    Some(next) if next.arrived > self.clock && next.arrived < end => {
+                        self.clock = next.arrived;
+                    }
+                    _ => {
+                        self.clock = end;
+                        return;
+                    }
+                }
+                continue;
+            }
+            self.step(end, events);
+        }
+    }
+
+    /// Scheduler steps: one token for every decoding sequence per step, and a chunk of prefill
+    /// (first come, first served) with what is left of the step's token budget. A step with
+    /// prefill runs alone; identical decode-only steps are run together up to the next thing that
+    /// changes them (a request finishing or arriving, the cache filling, the tick's end).
+    fn step(&mut self, end: f64, events: &mut Vec<Event>) {
+        let p = self.profile;
+        let decoding = self.running.iter().filter(|s| s.prefill_left == 0).count();
+        let mut budget = p.step_tokens.saturating_sub(decoding as u32);
+        let mut chunk = 0;
+        let mut prefilled = Vec::new();
+        for (i, seq) in self.running.iter_mut().enumerate() {
+            if seq.prefill_left == 0 {
+                continue;
+            }
+            if budget == 0 {
+                break;
+            }
+            let take = seq.prefill_left.min(budget);
+            seq.prefill_left -= take;
+            seq.kv += take;
+            budget -= take;
+            chunk += take;
+            if seq.prefill_left == 0 {
+                prefilled.push(i);
+            }
+        }
+        let kv_kilo = f64::from(self.kv_pages * p.page) / 1000.0;
+        let duration = p.step_base
+            + p.per_seq * self.running.len() as f64
+            + p.per_kilo_kv * kv_kilo
+            + p.per_prefill_token * f64::from(chunk);
+        let steps = if chunk > 0 {
+            1
+        } else {
+            self.decode_only_steps(end, duration)
+        };
+        let at = self.clock + duration * f64::from(steps);
+        let mut done = Vec::new();
+        for (i, seq) in self.running.iter_mut().enumerate() {
+            let fresh = prefilled.contains(&i);
+            if fresh {
+                // A preempted request being recomputed had its first token long ago.
+                if seq.first_token.is_some() {
+                    continue;
+                }
+                seq.first_token = Some(at);
+                events.push(Event::FirstToken {
+                    request: seq.request,
+                    at,
+                });
+                if let Some((id, tokens)) = seq.prefix {
+                    self.pending_prefixes.push((id, tokens));
+                }
+                seq.output_left = seq.output_left.saturating_sub(1);
+            } else if seq.prefill_left > 0 {
+                continue;
+            } else {
+                seq.output_left = seq.output_left.saturating_sub(steps);
+                seq.kv += steps;
+            }
+            if seq.output_left == 0 {
+                let first = seq.first_token.unwrap_or(at);
+                let tpot = (seq.output > 1).then(|| (at - first) / f64::from(seq.output - 1));
+                events.push(Event::Finished {
+                    request: seq.request,
+                    at,
+                    tpot,
+                });
+                done.push(i);
+            }
+        }
+        for i in done.into_iter().rev() {
+            self.running.remove(i);
+        }
+        for (id, tokens) in std::mem::take(&mut self.pending_prefixes) {
+            self.remember(id, tokens, at);
+        }
+        self.kv_pages = self.running.iter().map(|s| s.pages(p.page)).sum();
+        self.clock = at;
+        self.preempt_overflow();
+    }
+
+    /// How many identical decode-only steps of `duration` can run before something changes.
+    fn decode_only_steps(&self, end: f64, duration: f64) -> u32 {
+        let steps_until = |t: f64| ((t - self.clock) / duration).ceil().max(1.0) as u32;
+        let mut steps = steps_until(end);
+        if let Some(first) = self.running.iter().map(|s| s.output_left).min() {
+            steps = steps.min(first.max(1));
+        }
+        // A request still to arrive may join the batch then; one that already waits for room
+        // only gets it when a request finishes (counted above).
+        if let Some(next) = self.waiting.front().filter(|n| n.arrived > self.clock) {
+            steps = steps.min(steps_until(next.arrived));
+        }
+        // Every step adds a token per sequence: stop before the cache overflows its pages.
+        let p = self.profile;
+        let free = (p.kv_tokens / p.page.max(1)).saturating_sub(self.kv_pages) * p.page;
+        let per_step = u32::try_from(self.running.len()).unwrap_or(u32::MAX).max(1);
+        steps.min((free / per_step).max(1))
+    }
+
+    /// Gives waiting requests a slot while the batch and the KV cache have room for their prompt.
+    fn admit(&mut self, now: f64) {
+        let p = self.profile;
+        let capacity = p.kv_tokens / p.page.max(1);
+        while let Some(seq) = self.waiting.front() {
+            if seq.arrived > now {
+                return;
+            }
+            let pages = (seq.prompt + 1).div_ceil(p.page.max(1));
+            let fits = self.running.len() < p.max_seqs && self.kv_pages + pages <= capacity;
+            if !fits {
+                return;
+            }
+            let Some(mut seq) = self.waiting.pop_front() else {
+                return;
+            };
+            // A prefix already cached skips its part of the prefill; only a fresh prompt (not a
+            // preempted one being recomputed) counts as a hit.
+            if let Some((id, tokens)) = seq.prefix
+                && seq.first_token.is_none()
+                && let Some(entry) = self.prefixes.get_mut(&id)
+            {
+                entry.1 = now;
+                let hit = tokens.min(seq.prompt.saturating_sub(1));
+                seq.prefill_left -= hit;
+                seq.kv += hit;
+                self.warmth += f64::from(hit);
+            }
+            self.kv_pages += pages;
+            self.running.push(seq);
+        }
+    }
+
+    /// While the cache holds more than it has, the newest request gives its pages back and
+    /// waits to be recomputed from the start (vLLM's recompute preemption).
+    fn preempt_overflow(&mut self) {
+        let capacity = self.profile.kv_tokens / self.profile.page.max(1);
+        while self.kv_pages > capacity && self.running.len() > 1 {
+            let Some(mut seq) = self.running.pop() else {
+                return;
+            };
+            self.kv_pages -= seq.pages(self.profile.page).min(self.kv_pages);
+            let done = seq.output - seq.output_left;
+            seq.prefill_left = seq.prompt + done;
+            seq.kv = 0;
+            self.waiting.push_front(seq);
+            self.preemptions += 1;
+        }
+    }
+
+    fn remember(&mut self, id: u32, tokens: u32, now: f64) {
+        if let Some(entry) = self.prefixes.get_mut(&id) {
+            entry.1 = now;
+            return;
+        }
+        self.prefixes.insert(id, (tokens, now));
+        self.prefix_tokens += tokens;
+        while self.prefix_tokens > self.profile.prefix_cache_tokens && self.prefixes.len() > 1 {
+            // The least recently used; the lowest id among equals, so a run is repeatable.
+            let Some(oldest) = self
+                .prefixes
+                .iter()
+                .min_by(|a, b| a.1.1.total_cmp(&b.1.1))
+                .map(|(id, _)| *id)
+            else {
+                return;
+            };
+            if let Some((t, _)) = self.prefixes.remove(&oldest) {
+                self.prefix_tokens -= t;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DT: f64 = 0.05;
+
+    fn arrival(request: usize, at: f64, prompt: u32, output: u32) -> Arrival {
+        Arrival {
+            request,
+            arrived: at,
+            prompt,
+            output,
+            prefix: None,
+        }
+    }
+
+    /// Runs until every request finished; returns (first token, finish) per request.
+    fn serve(engine: &mut Engine, from: f64) -> Vec<(usize, f64, f64)> {
+        let mut events = Vec::new();
+        let mut t = from;
+        while !engine.is_idle() && t < from + 3600.0 {
+            engine.tick(t, DT, &mut events);
+            t += DT;
+        }
+        let mut out = Vec::new();
+        for e in &events {
+            if let Event::Finished { request, at, .. } = e {
+                let first = events
+                    .iter()
+                    .find_map(|f| match f {
+                        Event::FirstToken { request: r, at } if r == request => Some(*at),
+                        _ => None,
+                    })
+                    .unwrap_or(*at);
+                out.push((*request, first, *at));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_lone_request_streams_at_the_single_sequence_speed() {
+        let mut e = Engine::new(PodProfile::default());
+        e.push(arrival(0, 0.0, 1000, 200));
+        let done = serve(&mut e, 0.0);
+        let (_, first, end) = done[0];
+        // Prefill of 1,000 tokens ≈ one step + 0.2 s.
+        assert!(first > 0.2 && first < 0.3, "{first}");
+        let tpot = (end - first) / 199.0;
+        assert!(tpot > 0.04 && tpot < 0.06, "{tpot}");
+    }
+
+    #[test]
+    fn ttft_and_tpot_rise_with_the_batch() {
+        let latency = |n: usize| {
+            let mut e = Engine::new(PodProfile::default());
+            for i in 0..n {
+                e.push(arrival(i, 0.0, 500, 100));
+            }
+            let done = serve(&mut e, 0.0);
+            let worst_first = done.iter().map(|d| d.1).fold(0.0, f64::max);
+            let tpot = done.iter().map(|d| (d.2 - d.1) / 99.0).sum::<f64>() / n as f64;
+            (worst_first, tpot)
+        };
+        let (f1, t1) = latency(1);
+        let (f16, t16) = latency(16);
+        let (f48, t48) = latency(48);
+        assert!(f1 < f16 && f16 < f48, "{f1} {f16} {f48}");
+        assert!(t1 < t16 && t16 < t48, "{t1} {t16} {t48}");
+    }
+
+    #[test]
+    fn a_full_kv_cache_queues_and_preempts() {
+        let profile = PodProfile::default();
+        let mut e = Engine::new(profile);
+        // 40 requests of 1,000 + 600 tokens need 64k tokens: twice the cache.
+        for i in 0..40 {
+            e.push(arrival(i, 0.0, 1000, 600));
+        }
+        let mut events = Vec::new();
+        e.tick(0.0, DT, &mut events);
+        assert!(e.waiting() > 0, "the prompts alone do not all fit");
+        assert!(e.kv_usage() <= 1.0);
+        let done = serve(&mut e, DT);
+        assert_eq!(done.len(), 40, "every request finishes in the end");
+        assert!(e.preemptions > 0, "the outputs outgrew the cache");
+    }
+
+    #[test]
+    fn a_prefix_hit_lowers_time_to_first_token() {
+        let first_token = |warm: bool| {
+            let mut e = Engine::new(PodProfile::default());
+            let mut a = arrival(0, 0.0, 3000, 2);
+            a.prefix = Some((7, 2500));
+            e.push(a);
+            serve(&mut e, 0.0);
+            if !warm {
+                e = Engine::new(PodProfile::default());
+            }
+            let mut b = arrival(1, 100.0, 3000, 2);
+            b.prefix = Some((7, 2500));
+            e.push(b);
+            let done = serve(&mut e, 100.0);
+            done[0].1 - 100.0
+        };
+        let cold = first_token(false);
+        let warm = first_token(true);
+        assert!(warm < cold / 2.0, "warm {warm} cold {cold}");
+    }
+}

@@ -1,0 +1,13 @@
+//! The scaling-quality lab: a request-level vLLM fleet, the metric pipeline each autoscaler
+//! reads through, every peer's control law, and the runner that replays one seeded workload
+//! under each of them (common random numbers: one seed is one exact run for every policy).
+
+pub mod chart;
+pub mod engine;
+pub mod metrics;
+pub mod oracle;
+pub mod peers;
+pub mod policy;
+pub mod report;
+pub mod run;
+pub mod workload;

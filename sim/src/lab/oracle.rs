@@ -1,0 +1,133 @@
+//! The lower bound: a policy that knows every arrival in advance and what one pod can serve.
+//!
+//! At each decision it asks for the pods the busiest minute will need from now until a pod it
+//! asks for now would be Ready (the slowest start-up): a pod removed now cannot be back sooner,
+//! and a pod added now serves nobody before then. No real autoscaler can know this; the gap
+//! between a policy and the oracle is what better control could still win.
+
+use crate::lab::engine::PodProfile;
+use crate::lab::policy::{Bounds, Policy, Victims, View};
+use crate::lab::run::{FleetSetup, run};
+use crate::lab::workload::{Request, Shape, generate_at_rate};
+
+pub struct Oracle {
+    arrivals: Vec<f64>,
+    /// Requests per second one pod serves within the SLO.
+    per_pod: f64,
+    /// How far ahead it looks: the slowest start-up.
+    lead: f64,
+    /// When the workload ends: no window reaches past it.
+    end: f64,
+    bounds: Bounds,
+}
+
+impl Oracle {
+    pub fn new(requests: &[Request], end: f64, per_pod: f64, lead: f64, bounds: Bounds) -> Self {
+        Self {
+            arrivals: requests.iter().map(|r| r.at).collect(),
+            per_pod: per_pod.max(1e-6),
+            lead,
+            end,
+            bounds,
+        }
+    }
+
+    fn arrivals_between(&self, from: f64, to: f64) -> usize {
+        let start = self.arrivals.partition_point(|t| *t < from);
+        let end = self.arrivals.partition_point(|t| *t < to);
+        end - start
+    }
+}
+
+/// The oracle decides this often.
+const PERIOD: f64 = 15.0;
+const MINUTE: f64 = 60.0;
+
+impl Policy for Oracle {
+    fn label(&self) -> String {
+        "oracle (knows the future)".to_owned()
+    }
+
+    fn period(&self) -> f64 {
+        PERIOD
+    }
+
+    fn victims(&self) -> Victims {
+        Victims::Coldest
+    }
+
+    fn decide(&mut self, view: &View<'_>) -> u32 {
+        let horizon = view.now + self.lead + PERIOD;
+        let last_start = (self.end - MINUTE).max(0.0);
+        let mut start = view.now;
+        let mut busiest: f64 = 0.0;
+        while start <= horizon {
+            let from = start.min(last_start);
+            busiest = busiest.max(self.arrivals_between(from, from + MINUTE) as f64 / MINUTE);
+            start += PERIOD;
+        }
+        self.bounds.clamp((busiest / self.per_pod).ceil() as i64)
+    }
+}
+
+/// A fleet held at a fixed size (for calibration and tests).
+pub struct Fixed(pub u32);
+
+impl Policy for Fixed {
+    fn label(&self) -> String {
+        format!("fixed {}", self.0)
+    }
+
+    fn period(&self) -> f64 {
+        PERIOD
+    }
+
+    fn decide(&mut self, _: &View<'_>) -> u32 {
+        self.0
+    }
+}
+
+/// Requests per second one pod serves within the SLO, for the request mix of `shape`: the
+/// highest rate at which four warm pods miss at most one request in a hundred more than they do
+/// when nearly idle (some prompts are too long to prefill within the SLO on any pod), over four.
+pub fn per_pod_capacity(shape: Shape, profile: PodProfile, slo_ttft: f64) -> f64 {
+    const PODS: u32 = 4;
+    const SECONDS: f64 = 900.0;
+    let setup = FleetSetup {
+        profile,
+        slo_ttft,
+        initial_pods: PODS,
+        ..FleetSetup::default()
+    };
+    let misses = |rate: f64| {
+        let requests = generate_at_rate(shape, 1, rate, SECONDS);
+        run(&requests, SECONDS, None, &mut Fixed(PODS), &setup, 1).miss_rate()
+    };
+    let floor = misses(0.2);
+    let within = |rate: f64| misses(rate) <= floor + 0.01;
+    let (mut lo, mut hi) = (0.2, 1.0);
+    while within(hi) && hi < 1000.0 {
+        lo = hi;
+        hi *= 2.0;
+    }
+    for _ in 0..10 {
+        let mid = 0.5 * (lo + hi);
+        if within(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    lo / f64::from(PODS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_pod_serves_a_few_conversation_requests_a_second() {
+        let c = per_pod_capacity(Shape::Conversation, PodProfile::default(), 2.0);
+        assert!(c > 0.5 && c < 10.0, "{c}");
+    }
+}
