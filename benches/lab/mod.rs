@@ -1,0 +1,730 @@
+//! The scaling-quality lab's driver, shared by `benches/policies.rs` (`make lab`) and the smoke
+//! test (`tests/lab_smoke.rs`): this operator's decision core as a lab policy, the roster of
+//! peers and grid settings, the seeded runs on every core, and the report (tables, paired
+//! intervals, SVG plots).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use llmscaleoperator::scaling::{
+    Bounds as OpBounds, Entry, Input, MetricReading, ScaleDownPolicy, Signal as OpSignal,
+    SkipReason, TargetState, decide,
+};
+use llmscaleoperator_sim::lab::chart::{self, ParetoPoint, Timeline};
+use llmscaleoperator_sim::lab::engine::PodProfile;
+use llmscaleoperator_sim::lab::metrics::Gauge;
+use llmscaleoperator_sim::lab::oracle::{Oracle, per_pod_capacity};
+use llmscaleoperator_sim::lab::peers::{
+    AibrixApa, AibrixConfig, AibrixKpa, Hpa, HpaConfig, Keda, KedaConfig, Knative, KnativeConfig,
+    Tolerances, Wva, WvaConfig,
+};
+use llmscaleoperator_sim::lab::policy::{Bounds, Policy, Victims, View};
+use llmscaleoperator_sim::lab::report::{
+    Runs, best_of, miss_percent, paired_difference, replica_hours, summarize,
+};
+use llmscaleoperator_sim::lab::run::{FleetSetup, Outcome, run};
+use llmscaleoperator_sim::lab::workload::{Request, Shape, generate};
+
+/// The operator as a user would set it up for vLLM: one Prometheus query, the mean requests in
+/// flight per scraped pod, with requests held at the gateway added (so a fleet at zero wakes):
+///
+/// ```text
+/// (sum(vllm:num_requests_running + vllm:num_requests_waiting) + sum(gateway_pending))
+///   / clamp_min(count(vllm:num_requests_running), 1)
+/// ```
+struct Operator {
+    label: String,
+    target: f64,
+    bounds: Bounds,
+    window_seconds: i32,
+    cache_aware: bool,
+    history: Vec<Entry>,
+}
+
+impl Operator {
+    fn new(bounds: Bounds) -> Self {
+        Self {
+            label: "llmscaleoperator".into(),
+            target: TARGET,
+            bounds,
+            window_seconds: 0,
+            cache_aware: true,
+            history: Vec::new(),
+        }
+    }
+
+    fn named(mut self, label: &str) -> Self {
+        self.label = label.into();
+        self
+    }
+}
+
+/// Requests in flight per pod: every ratio policy's reference target.
+const TARGET: f64 = 16.0;
+const EPOCH: i64 = 1_800_000_000;
+
+impl Policy for Operator {
+    fn label(&self) -> String {
+        self.label.clone()
+    }
+
+    fn period(&self) -> f64 {
+        15.0
+    }
+
+    fn victims(&self) -> Victims {
+        if self.cache_aware {
+            Victims::Coldest
+        } else {
+            Victims::ReplicaSet
+        }
+    }
+
+    fn decide(&mut self, view: &View<'_>) -> u32 {
+        let running = view.metrics.latest(view.now, Gauge::Running);
+        let waiting: f64 = view
+            .metrics
+            .latest(view.now, Gauge::Waiting)
+            .iter()
+            .map(|(_, v)| v)
+            .sum();
+        let gateway = view.metrics.gateway_pending(view.now);
+        let value = match gateway {
+            None if running.is_empty() => Err(SkipReason::Unavailable("no series".into())),
+            _ => {
+                let sum = running.iter().map(|(_, v)| v).sum::<f64>() + waiting;
+                Ok((sum + gateway.unwrap_or(0.0)) / running.len().max(1) as f64)
+            }
+        };
+        let now = Timestamp::from_second(EPOCH).unwrap()
+            + SignedDuration::from_millis((view.now * 1000.0) as i64);
+        let decision = decide(&Input {
+            signal: OpSignal::Ratio(vec![MetricReading {
+                name: "in-flight".into(),
+                value,
+                target: self.target,
+            }]),
+            target: TargetState {
+                spec_replicas: i32::try_from(view.spec).unwrap(),
+                ready_replicas: i32::try_from(view.ready()).unwrap(),
+                rollout: None,
+            },
+            bounds: OpBounds {
+                min: i32::try_from(self.bounds.min).unwrap(),
+                max: i32::try_from(self.bounds.max).unwrap(),
+            },
+            scale_down: ScaleDownPolicy {
+                window_seconds: self.window_seconds,
+                max_step: 0,
+            },
+            history: std::mem::take(&mut self.history),
+            now,
+        });
+        self.history = decision.history;
+        decision
+            .write
+            .map_or(view.spec, |w| u32::try_from(w).unwrap_or(0))
+    }
+}
+
+/// One policy of a cell's roster.
+struct Entrant {
+    family: &'static str,
+    default: bool,
+    /// Instead of the policy's own label, for a setting it does not name (its bounds).
+    label: Option<String>,
+    policy: Box<dyn Policy>,
+}
+
+impl Entrant {
+    fn label(&self) -> String {
+        self.label.clone().unwrap_or_else(|| self.policy.label())
+    }
+
+    fn named(mut self, label: &str) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+}
+
+fn entrant(family: &'static str, default: bool, policy: impl Policy + 'static) -> Entrant {
+    Entrant {
+        family,
+        default,
+        label: None,
+        policy: Box::new(policy),
+    }
+}
+
+/// Per-pod targets every ratio peer is also run at.
+const GRID_TARGETS: [f64; 3] = [8.0, 24.0, 32.0];
+
+/// Every policy judged on one workload: the operator and each peer at its defaults, each over
+/// its grid, and the oracle.
+fn roster(
+    bounds: Bounds,
+    requests: &[Request],
+    duration: f64,
+    capacity: f64,
+    startup: f64,
+) -> Vec<Entrant> {
+    let mut all = vec![
+        entrant("operator", true, Operator::new(bounds)),
+        entrant(
+            "operator",
+            false,
+            Operator {
+                cache_aware: false,
+                ..Operator::new(bounds).named("llmscaleoperator (cache-aware off)")
+            },
+        ),
+        entrant(
+            "operator",
+            false,
+            Operator {
+                window_seconds: 300,
+                ..Operator::new(bounds).named("llmscaleoperator (down window 300 s)")
+            },
+        ),
+        entrant(
+            "oracle",
+            true,
+            Oracle::new(requests, duration, capacity, startup * 1.2, bounds),
+        ),
+    ];
+    for target in GRID_TARGETS {
+        all.push(entrant(
+            "operator",
+            false,
+            Operator {
+                target,
+                ..Operator::new(bounds).named(&format!("llmscaleoperator (target {target})"))
+            },
+        ));
+    }
+
+    // HPA: defaults, the scale-down window over 0/60 s, the targets.
+    // Scale to zero is the operator's, KEDA's and Knative's; the HPA (without the alpha
+    // HPAScaleToZero gate), AIBrix and the WVA keep at least one replica.
+    let at_least_one = Bounds {
+        min: bounds.min.max(1),
+        ..bounds
+    };
+    if bounds.min == 0 {
+        all.push(entrant(
+            "operator",
+            false,
+            Operator::new(at_least_one).named("llmscaleoperator (min 1)"),
+        ));
+        all.push(
+            entrant("KEDA", false, Keda::new(KedaConfig::new(at_least_one))).named("KEDA (min 1)"),
+        );
+        all.push(
+            entrant(
+                "Knative KPA",
+                false,
+                Knative::new(KnativeConfig::new(at_least_one)),
+            )
+            .named("Knative KPA (min 1)"),
+        );
+    }
+    let hpa = HpaConfig::new(at_least_one);
+    all.push(entrant("HPA", true, Hpa::new(hpa.clone())));
+    for window in [0.0, 60.0] {
+        let mut c = hpa.clone();
+        c.behavior = c.behavior.map(|b| b.with_down_window(window));
+        all.push(entrant("HPA", false, Hpa::new(c)));
+    }
+    for target in GRID_TARGETS {
+        all.push(entrant(
+            "HPA",
+            false,
+            Hpa::new(HpaConfig {
+                target,
+                ..hpa.clone()
+            }),
+        ));
+    }
+
+    // KEDA: defaults and the thresholds.
+    let keda = KedaConfig::new(bounds);
+    all.push(entrant("KEDA", true, Keda::new(keda.clone())));
+    for target in GRID_TARGETS {
+        all.push(entrant(
+            "KEDA",
+            false,
+            Keda::new(KedaConfig {
+                threshold: target,
+                ..keda.clone()
+            }),
+        ));
+    }
+
+    // Knative KPA: defaults and the targets.
+    let kpa = KnativeConfig::new(bounds);
+    all.push(entrant("Knative KPA", true, Knative::new(kpa.clone())));
+    for target in GRID_TARGETS {
+        all.push(entrant(
+            "Knative KPA",
+            false,
+            Knative::new(KnativeConfig {
+                target,
+                ..kpa.clone()
+            }),
+        ));
+    }
+
+    // AIBrix: APA and KPA as documented and as shipped, and the targets.
+    let aibrix = AibrixConfig::new(at_least_one);
+    all.push(entrant("AIBrix APA", true, AibrixApa::new(aibrix.clone())));
+    all.push(entrant("AIBrix KPA", true, AibrixKpa::new(aibrix.clone())));
+    let shipped = AibrixConfig {
+        shipped: true,
+        ..aibrix.clone()
+    };
+    all.push(entrant(
+        "AIBrix APA",
+        false,
+        AibrixApa::new(shipped.clone()),
+    ));
+    all.push(entrant("AIBrix KPA", false, AibrixKpa::new(shipped)));
+    for target in GRID_TARGETS {
+        let c = AibrixConfig {
+            target,
+            ..aibrix.clone()
+        };
+        all.push(entrant("AIBrix APA", false, AibrixApa::new(c.clone())));
+        all.push(entrant("AIBrix KPA", false, AibrixKpa::new(c)));
+    }
+
+    // llm-d WVA: with the HPA its chart ships, with that HPA's tolerance at 0 (Kubernetes 1.33's
+    // configurable tolerance), and driving the replicas directly.
+    let wva = WvaConfig::new(at_least_one);
+    all.push(entrant("WVA", true, Wva::new(wva.clone())));
+    all.push(entrant(
+        "WVA",
+        false,
+        Wva::new(WvaConfig {
+            hpa_tolerances: Tolerances { down: 0.0, up: 0.0 },
+            ..wva.clone()
+        }),
+    ));
+    all.push(entrant(
+        "WVA",
+        false,
+        Wva::new(WvaConfig { hpa: None, ..wva }),
+    ));
+    all
+}
+
+/// The seed whose timelines are drawn (at the middle start-up delay of the lab).
+const TIMELINE_SEED: u64 = 0;
+
+type CellKey = (Shape, u64);
+
+/// What to run and where to write the report.
+pub struct Lab {
+    pub seeds: u64,
+    pub traces: Vec<Shape>,
+    pub delays: Vec<f64>,
+    pub threads: usize,
+    /// Seconds of each trace to replay (`None`: the whole trace).
+    pub duration: Option<f64>,
+    pub out: PathBuf,
+}
+
+impl Lab {
+    /// Every trace, every start-up delay, 20 seeds, every core; the report in target/bench/lab.
+    pub fn full() -> Self {
+        Self {
+            seeds: 20,
+            traces: Shape::ALL.to_vec(),
+            delays: vec![60.0, 180.0, 300.0],
+            threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            duration: None,
+            out: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench/lab"),
+        }
+    }
+}
+
+/// The report's markdown (also written to `out/README.md`).
+pub fn run_lab(lab: &Lab) -> String {
+    let started = Instant::now();
+    let args = lab;
+    let profile = PodProfile::default();
+    let setup = FleetSetup {
+        profile,
+        ..FleetSetup::default()
+    };
+    let capacities: BTreeMap<Shape, f64> = args
+        .traces
+        .iter()
+        .map(|s| (*s, per_pod_capacity(*s, profile, setup.slo_ttft)))
+        .collect();
+    let units: Vec<(Shape, f64, u64)> = args
+        .traces
+        .iter()
+        .flat_map(|s| {
+            args.delays
+                .iter()
+                .flat_map(move |d| (0..args.seeds).map(move |seed| (*s, *d, seed)))
+        })
+        .collect();
+    // (trace, delay) -> label -> (family, default, outcome per seed)
+    type Cells = BTreeMap<CellKey, BTreeMap<String, (String, bool, Vec<(u64, Outcome)>)>>;
+    let cells: Mutex<Cells> = Mutex::new(BTreeMap::new());
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..args.threads.max(1) {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&(shape, delay, seed)) = units.get(i) else {
+                        return;
+                    };
+                    let results = run_unit(args, shape, delay, seed, &setup, capacities[&shape]);
+                    let mut cells = cells.lock().unwrap();
+                    let cell = cells.entry((shape, delay as u64)).or_default();
+                    for (label, family, default, outcome) in results {
+                        cell.entry(label)
+                            .or_insert_with(|| (family, default, Vec::new()))
+                            .2
+                            .push((seed, outcome));
+                    }
+                }
+            });
+        }
+    });
+    let cells = cells.into_inner().unwrap();
+    let dir = &args.out;
+    std::fs::create_dir_all(dir).unwrap();
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "# Scaling quality (sim/src/lab), {} seeds, {} s of real time\n",
+        args.seeds,
+        started.elapsed().as_secs()
+    );
+    let _ = writeln!(
+        md,
+        "Pod: {profile:?}. TTFT SLO {} s; misses count late, lost and censored requests. \
+         Per-pod capacity used by the oracle (requests/s): {}.\n",
+        setup.slo_ttft,
+        capacities
+            .iter()
+            .map(|(s, c)| format!("{} {c:.2}", s.name()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let timeline_delay = timeline_delay(args);
+    let mut timelines: BTreeMap<Shape, Vec<Timeline>> = BTreeMap::new();
+    let mut grouped: BTreeMap<CellKey, Vec<Runs>> = BTreeMap::new();
+    for ((shape, delay), by_label) in &cells {
+        let runs: Vec<Runs> = by_label
+            .iter()
+            .map(|(label, (family, default, outcomes))| {
+                let mut outcomes = outcomes.clone();
+                outcomes.sort_by_key(|(seed, _)| *seed);
+                if *delay as f64 == timeline_delay
+                    && *default
+                    && let Some((_, o)) = outcomes.iter().find(|(s, _)| *s == TIMELINE_SEED)
+                {
+                    timelines.entry(*shape).or_default().push(Timeline {
+                        label: label.clone(),
+                        family: family.clone(),
+                        moments: o.timeline.clone(),
+                    });
+                }
+                Runs {
+                    label: label.clone(),
+                    family: family.clone(),
+                    default: *default,
+                    outcomes: outcomes.into_iter().map(|(_, o)| o).collect(),
+                }
+            })
+            .collect();
+        grouped.insert((*shape, *delay), runs);
+    }
+    md.push_str(&render_summary(&grouped));
+    for ((shape, delay), runs) in &grouped {
+        render_cell(&mut md, dir, *shape, *delay, runs);
+    }
+    for (shape, lines) in &timelines {
+        let file = format!("timeline-{}.svg", shape.name());
+        chart::timeline(
+            &dir.join(&file),
+            &format!(
+                "{}: seed {TIMELINE_SEED}, {timeline_delay} s start-up, every policy at its defaults",
+                shape.name()
+            ),
+            lines,
+        )
+        .unwrap();
+        let _ = writeln!(md, "![timeline {}]({file})\n", shape.name());
+    }
+    std::fs::write(dir.join("README.md"), &md).unwrap();
+    md
+}
+
+/// The start-up delay whose timelines are drawn: the middle one of the lab's.
+fn timeline_delay(lab: &Lab) -> f64 {
+    lab.delays.get(lab.delays.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// Runs every policy of the roster on one seed's workload.
+fn run_unit(
+    lab: &Lab,
+    shape: Shape,
+    delay: f64,
+    seed: u64,
+    setup: &FleetSetup,
+    capacity: f64,
+) -> Vec<(String, String, bool, Outcome)> {
+    let requests = generate(shape, seed);
+    let bounds = Bounds {
+        min: u32::from(!shape.scales_to_zero()),
+        max: 64,
+    };
+    // Every policy starts from the fleet the first two minutes need.
+    let early = requests.iter().take_while(|r| r.at < 120.0).count() as f64 / 120.0;
+    let initial = bounds.clamp((early / capacity).ceil() as i64).max(1);
+    let duration = lab
+        .duration
+        .unwrap_or(shape.duration())
+        .min(shape.duration());
+    let timeline_delay = timeline_delay(lab);
+    let entrants = roster(bounds, &requests, duration, capacity, delay);
+    let mut labels: Vec<String> = entrants.iter().map(Entrant::label).collect();
+    labels.sort();
+    labels.dedup();
+    assert_eq!(
+        labels.len(),
+        entrants.len(),
+        "every setting needs its own label"
+    );
+    entrants
+        .into_iter()
+        .map(|mut e| {
+            let timeline = seed == TIMELINE_SEED && delay == timeline_delay && e.default;
+            let cell_setup = FleetSetup {
+                startup: delay,
+                initial_pods: initial,
+                timeline_every: if timeline { 10.0 } else { 0.0 },
+                ..*setup
+            };
+            let outcome = run(
+                &requests,
+                duration,
+                shape.step_at(),
+                e.policy.as_mut(),
+                &cell_setup,
+                seed,
+            );
+            (e.label(), e.family.to_owned(), e.default, outcome)
+        })
+        .collect()
+}
+
+fn fmt_seconds(v: f64) -> String {
+    if v.is_finite() {
+        format!("{v:.2}")
+    } else {
+        "∞".into()
+    }
+}
+
+fn fmt_interval(i: Option<llmscaleoperator_sim::lab::report::Interval>) -> String {
+    match i {
+        Some(i) => format!(
+            "{:+.2} [{:+.2}, {:+.2}]{}",
+            i.mean,
+            i.low,
+            i.high,
+            if i.excludes_zero() { "" } else { " ~" }
+        ),
+        None => "-".into(),
+    }
+}
+
+/// One (trace, start-up delay): the full table, the paired comparison and the Pareto plot.
+fn render_cell(md: &mut String, dir: &Path, shape: Shape, delay: u64, runs: &[Runs]) {
+    let oracle_hours = runs
+        .iter()
+        .find(|r| r.family == "oracle")
+        .map_or(f64::NAN, |r| summarize(&r.outcomes).replica_hours);
+    let _ = writeln!(md, "## {}, {delay} s start-up\n", shape.name());
+    let _ = writeln!(
+        md,
+        "| policy | SLO attained | TTFT p50 / p95 / p99 (s) | TPOT p95 (s) | replica-h | × oracle | actions | oscillations | wasted cold starts | warm evictions | lost | recovery (s) |"
+    );
+    let _ = writeln!(
+        md,
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    let mut sorted: Vec<&Runs> = runs.iter().collect();
+    sorted.sort_by(|a, b| {
+        family_rank(&a.family)
+            .cmp(&family_rank(&b.family))
+            .then(b.default.cmp(&a.default))
+            .then(a.label.cmp(&b.label))
+    });
+    for r in &sorted {
+        let s = summarize(&r.outcomes);
+        let _ = writeln!(
+            md,
+            "| {}{} | {:.2}% | {} / {} / {} | {:.3} | {:.1} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} |",
+            if r.default { "**" } else { "" },
+            r.label,
+            100.0 * s.attainment,
+            fmt_seconds(s.ttft_p50),
+            fmt_seconds(s.ttft_p95),
+            fmt_seconds(s.ttft_p99),
+            s.tpot_p95,
+            s.replica_hours,
+            s.replica_hours / oracle_hours,
+            s.scale_actions,
+            s.oscillations,
+            s.wasted_cold_starts,
+            s.warm_evictions,
+            s.lost,
+            s.recovery.map_or("-".into(), |v| format!("{v:.0}")),
+        );
+    }
+    // The operator's defaults against each peer's defaults and best grid setting.
+    if let Some(op) = runs.iter().find(|r| r.family == "operator" && r.default) {
+        let budget = summarize(&op.outcomes).replica_hours;
+        let _ = writeln!(
+            md,
+            "\nThe operator's defaults minus each peer, paired by seed: mean [95% bootstrap interval]; `~` marks an interval that holds zero. Negative numbers favour the operator. A peer's *best* setting is its grid point with the most SLO attained at no more replica-hours than the operator's defaults (or its cheapest, when all cost more).\n"
+        );
+        let _ = writeln!(md, "| peer setting | Δ SLO misses (pp) | Δ replica-hours |");
+        let _ = writeln!(md, "| --- | ---: | ---: |");
+        let mut families: Vec<&str> = runs
+            .iter()
+            .map(|r| r.family.as_str())
+            .filter(|f| *f != "operator" && *f != "oracle")
+            .collect();
+        families.sort_by_key(|f| family_rank(f));
+        families.dedup();
+        for family in families {
+            let default = runs.iter().find(|r| r.family == family && r.default);
+            let best = best_of(runs, family, budget);
+            let mut shown = Vec::new();
+            for (which, peer) in [("defaults", default), ("best", best)] {
+                let Some(peer) = peer else { continue };
+                if shown.contains(&peer.label) {
+                    continue;
+                }
+                shown.push(peer.label.clone());
+                let misses = paired_difference(&miss_percent(op), &miss_percent(peer), 2000, 7);
+                let hours = paired_difference(&replica_hours(op), &replica_hours(peer), 2000, 8);
+                let _ = writeln!(
+                    md,
+                    "| {} ({which}) | {} | {} |",
+                    peer.label,
+                    fmt_interval(misses),
+                    fmt_interval(hours)
+                );
+            }
+        }
+    }
+    let file = format!("pareto-{}-{delay}s.svg", shape.name());
+    let points: Vec<ParetoPoint> = runs
+        .iter()
+        .map(|r| {
+            let s = summarize(&r.outcomes);
+            ParetoPoint {
+                label: r.label.clone(),
+                family: r.family.clone(),
+                default: r.default,
+                replica_hours: s.replica_hours,
+                attainment: 100.0 * s.attainment,
+            }
+        })
+        .collect();
+    chart::pareto(
+        &dir.join(&file),
+        &format!("{}, {delay} s start-up", shape.name()),
+        &points,
+    )
+    .unwrap();
+    let _ = writeln!(md, "\n![pareto {} {delay} s]({file})\n", shape.name());
+}
+
+/// The headline: per start-up delay, each policy at its defaults (and the operator with a
+/// 300 s window) on every trace: SLO attained and replica-hours relative to the oracle.
+fn render_summary(grouped: &BTreeMap<CellKey, Vec<Runs>>) -> String {
+    let mut md = String::new();
+    let delays: std::collections::BTreeSet<u64> = grouped.keys().map(|(_, d)| *d).collect();
+    let traces: std::collections::BTreeSet<Shape> = grouped.keys().map(|(s, _)| *s).collect();
+    for delay in delays {
+        let _ = writeln!(
+            md,
+            "### {delay} s start-up: SLO attained (replica-hours ÷ the oracle's), mean over seeds\n"
+        );
+        let _ = write!(md, "| policy |");
+        for t in &traces {
+            let _ = write!(md, " {} |", t.name());
+        }
+        let _ = write!(md, "\n| --- |");
+        for _ in &traces {
+            let _ = write!(md, " ---: |");
+        }
+        md.push('\n');
+        let mut labels: Vec<(String, String)> = grouped
+            .iter()
+            .filter(|((_, d), _)| *d == delay)
+            .flat_map(|(_, runs)| runs.iter())
+            .filter(|r| r.default || r.label == "llmscaleoperator (down window 300 s)")
+            .map(|r| (r.family.clone(), r.label.clone()))
+            .collect();
+        labels.sort_by(|a, b| {
+            family_rank(&a.0)
+                .cmp(&family_rank(&b.0))
+                .then(a.1.len().cmp(&b.1.len()))
+        });
+        labels.dedup();
+        for (_, label) in labels {
+            let _ = write!(md, "| {label} |");
+            for t in &traces {
+                let cell = grouped.get(&(*t, delay)).and_then(|runs| {
+                    let oracle = runs.iter().find(|r| r.family == "oracle")?;
+                    let run = runs.iter().find(|r| r.label == label)?;
+                    let (s, o) = (summarize(&run.outcomes), summarize(&oracle.outcomes));
+                    Some(format!(
+                        "{:.1}% ({:.2})",
+                        100.0 * s.attainment,
+                        s.replica_hours / o.replica_hours
+                    ))
+                });
+                let _ = write!(md, " {} |", cell.unwrap_or_else(|| "-".into()));
+            }
+            md.push('\n');
+        }
+        md.push('\n');
+    }
+    md
+}
+
+fn family_rank(family: &str) -> usize {
+    [
+        "operator",
+        "HPA",
+        "KEDA",
+        "Knative KPA",
+        "AIBrix APA",
+        "AIBrix KPA",
+        "WVA",
+        "oracle",
+    ]
+    .iter()
+    .position(|f| *f == family)
+    .unwrap_or(usize::MAX)
+}
