@@ -414,7 +414,7 @@ pub fn run_lab(lab: &Lab) -> String {
     );
     let _ = writeln!(
         md,
-        "Pod: {profile:?}. TTFT SLO {} s; misses count late, lost and censored requests. \
+        "Pod: {profile}. TTFT SLO {} s; misses count late, lost and censored requests. \
          Per-pod capacity used by the oracle (requests/s): {}.\n",
         setup.slo_ttft,
         capacities

@@ -64,7 +64,7 @@ fn fail(path: &Path) -> impl Fn(String) -> ChartError + '_ {
 /// Replica-hours (x) against SLO attainment (y).
 pub fn pareto(path: &Path, title: &str, points: &[ParetoPoint]) -> Result<(), ChartError> {
     let err = fail(path);
-    let root = SVGBackend::new(path, (1000, 620)).into_drawing_area();
+    let root = SVGBackend::new(path, (1000, 720)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
     let (plot, legend) = root.split_horizontally(740);
     let finite = |v: f64| v.is_finite();
@@ -83,6 +83,7 @@ pub fn pareto(path: &Path, title: &str, points: &[ParetoPoint]) -> Result<(), Ch
     let mut chart = ChartBuilder::on(&plot)
         .caption(title, (FONT, 18))
         .margin(12)
+        .margin_top(24)
         .x_label_area_size(45)
         .y_label_area_size(60)
         .build_cartesian_2d(x0..x1, y0..y1.min(100.5))
@@ -94,7 +95,10 @@ pub fn pareto(path: &Path, title: &str, points: &[ParetoPoint]) -> Result<(), Ch
         .label_style((FONT, 13))
         .draw()
         .map_err(|e| err(e.to_string()))?;
-    for p in points {
+    // Points are numbered in the legend's order, so each hollow grid point can be told apart.
+    let mut sorted: Vec<&ParetoPoint> = points.iter().collect();
+    sorted.sort_by(|a, b| a.family.cmp(&b.family).then(b.default.cmp(&a.default)));
+    for (n, p) in sorted.iter().enumerate() {
         let c = colour(&p.family);
         let style = if p.default {
             c.filled()
@@ -102,12 +106,15 @@ pub fn pareto(path: &Path, title: &str, points: &[ParetoPoint]) -> Result<(), Ch
             c.stroke_width(2)
         };
         let size = if p.family == "operator" { 7 } else { 5 };
+        let tag = EmptyElement::at((p.replica_hours, p.attainment))
+            + Circle::new((0, 0), size, style)
+            + Text::new(
+                format!("{}", n + 1),
+                (6, -14),
+                (FONT, 10).into_font().color(&c),
+            );
         chart
-            .draw_series(std::iter::once(Circle::new(
-                (p.replica_hours, p.attainment),
-                size,
-                style,
-            )))
+            .draw_series(std::iter::once(tag))
             .map_err(|e| err(e.to_string()))?;
     }
     // Legend: one line per point, grouped by family, beside the plot.
@@ -120,10 +127,8 @@ pub fn pareto(path: &Path, title: &str, points: &[ParetoPoint]) -> Result<(), Ch
         ))
         .map_err(|e| err(e.to_string()))?;
     y += 22;
-    let mut sorted: Vec<&ParetoPoint> = points.iter().collect();
-    sorted.sort_by(|a, b| a.family.cmp(&b.family).then(b.default.cmp(&a.default)));
-    for p in sorted {
-        if y > 600 {
+    for (n, p) in sorted.iter().enumerate() {
+        if y > 700 {
             break;
         }
         let c = colour(&p.family);
@@ -136,7 +141,11 @@ pub fn pareto(path: &Path, title: &str, points: &[ParetoPoint]) -> Result<(), Ch
             .draw(&Circle::new((12, y + 6), 5, style))
             .map_err(|e| err(e.to_string()))?;
         legend
-            .draw(&Text::new(p.label.clone(), (24, y), (FONT, 11)))
+            .draw(&Text::new(
+                format!("{} {}", n + 1, p.label),
+                (24, y),
+                (FONT, 11),
+            ))
             .map_err(|e| err(e.to_string()))?;
         y += 17;
     }
@@ -272,7 +281,9 @@ mod tests {
         )
         .unwrap();
         let svg = std::fs::read_to_string(&path).unwrap();
-        assert!(svg.contains("HPA (target 8)") && svg.contains("replica-hours"));
+        // Numbered in the legend by family, so hollow grid points can be told apart.
+        assert!(svg.contains("1 HPA (target 8)") && svg.contains("2 llmscaleoperator"));
+        assert!(svg.contains("replica-hours"));
         let moment = |at, spec| Moment {
             at,
             load: 3.0,

@@ -51,6 +51,26 @@ impl Default for PodProfile {
     }
 }
 
+impl std::fmt::Display for PodProfile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} KV tokens in {}-token pages, at most {} sequences and {} tokens a step; a step \
+             costs {} ms + {} ms per sequence + {} ms per 1,000 cached tokens + {} ms per prefill \
+             token; a prefix cache of {} tokens",
+            self.kv_tokens,
+            self.page,
+            self.max_seqs,
+            self.step_tokens,
+            self.step_base * 1000.0,
+            self.per_seq * 1000.0,
+            self.per_kilo_kv * 1000.0,
+            self.per_prefill_token * 1000.0,
+            self.prefix_cache_tokens
+        )
+    }
+}
+
 /// A request on a pod.
 #[derive(Debug, Clone, Copy)]
 struct Seq {
