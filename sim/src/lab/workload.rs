@@ -15,15 +15,19 @@
 //!   the run), Zipf-like lengths;
 //! - `step`: a steady load that jumps 5× for 20 minutes;
 //! - `threshold`: a load hovering at a scaling threshold;
-//! - `idle`: long silences between short sessions, for scale-to-zero.
+//! - `idle`: long silences between short sessions, for scale-to-zero;
+//! - `steady` and `diurnal`: the live simulator's built-in traces, with Poisson noise.
 //!
 //! Rates are multiplied so that fleets span roughly 5–40 pods of the lab's pod profile.
 
 use std::f64::consts::TAU;
+use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Gamma, LogNormal, Zipf};
 use rand_pcg::Pcg64Mcg;
+
+use crate::trace::Trace;
 
 /// A shared prompt prefix: requests with the same id start with the same `tokens` tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,16 +54,20 @@ pub enum Shape {
     Step,
     Threshold,
     Idle,
+    Steady,
+    Diurnal,
 }
 
 impl Shape {
-    pub const ALL: [Shape; 6] = [
+    pub const ALL: [Shape; 8] = [
         Shape::Conversation,
         Shape::Code,
         Shape::BurstGpt,
         Shape::Step,
         Shape::Threshold,
         Shape::Idle,
+        Shape::Steady,
+        Shape::Diurnal,
     ];
 
     pub fn name(self) -> &'static str {
@@ -70,6 +78,8 @@ impl Shape {
             Shape::Step => "step",
             Shape::Threshold => "threshold",
             Shape::Idle => "idle",
+            Shape::Steady => "steady",
+            Shape::Diurnal => "diurnal",
         }
     }
 
@@ -87,7 +97,7 @@ impl Shape {
         match self {
             Shape::Conversation | Shape::Code => 0.5,
             Shape::BurstGpt => 0.25,
-            Shape::Step | Shape::Threshold | Shape::Idle => 1.0,
+            Shape::Step | Shape::Threshold | Shape::Idle | Shape::Steady | Shape::Diurnal => 1.0,
         }
     }
 
@@ -130,6 +140,18 @@ fn rate(shape: Shape, t: f64, phases: [f64; 3]) -> f64 {
             }
         }
         Shape::Threshold => 15.0 * wobble(0.05, 300.0, phases[0]),
+        // The live simulator's built-in traces (`crate::trace`), ×2.5 for the lab's pods, now
+        // with Poisson noise: the same load throughout, and a night, a morning ramp, a plateau
+        // and an evening fall. (Its `burst` is the step above, its `idle` the sessions below.)
+        Shape::Steady | Shape::Diurnal => {
+            let name = if shape == Shape::Steady {
+                "steady"
+            } else {
+                "diurnal"
+            };
+            2.5 * Trace::builtin(name, 3600.0)
+                .map_or(0.0, |trace| trace.rate(Duration::from_secs_f64(t.max(0.0))))
+        }
         // Five-minute sessions at 2 req/s separated by silences of 10 to 15 minutes.
         Shape::Idle => {
             let cycle = 1000.0 + 200.0 * phases[1].sin().abs();
@@ -189,7 +211,12 @@ impl Dists {
 fn prefix_reuse(shape: Shape) -> (f64, u32, f64) {
     match shape {
         // Follow-up turns of a conversation carry the earlier turns.
-        Shape::Conversation | Shape::Step | Shape::Threshold | Shape::Idle => (0.6, 400, 0.7),
+        Shape::Conversation
+        | Shape::Step
+        | Shape::Threshold
+        | Shape::Idle
+        | Shape::Steady
+        | Shape::Diurnal => (0.6, 400, 0.7),
         // A repository's context, shared by the requests of one session.
         Shape::Code => (0.7, 150, 0.8),
         Shape::BurstGpt => (0.4, 800, 0.5),
