@@ -357,24 +357,23 @@ impl Lab {
 /// The report's markdown (also written to `out/README.md`).
 pub fn run_lab(lab: &Lab) -> String {
     let started = Instant::now();
-    let args = lab;
     let profile = PodProfile::default();
     let setup = FleetSetup {
         profile,
         ..FleetSetup::default()
     };
-    let capacities: BTreeMap<Shape, f64> = args
+    let capacities: BTreeMap<Shape, f64> = lab
         .traces
         .iter()
         .map(|s| (*s, per_pod_capacity(*s, profile, setup.slo_ttft)))
         .collect();
-    let units: Vec<(Shape, f64, u64)> = args
+    let units: Vec<(Shape, f64, u64)> = lab
         .traces
         .iter()
         .flat_map(|s| {
-            args.delays
+            lab.delays
                 .iter()
-                .flat_map(move |d| (0..args.seeds).map(move |seed| (*s, *d, seed)))
+                .flat_map(move |d| (0..lab.seeds).map(move |seed| (*s, *d, seed)))
         })
         .collect();
     // (trace, delay) -> label -> (family, default, outcome per seed)
@@ -382,14 +381,14 @@ pub fn run_lab(lab: &Lab) -> String {
     let cells: Mutex<Cells> = Mutex::new(BTreeMap::new());
     let next = AtomicUsize::new(0);
     std::thread::scope(|scope| {
-        for _ in 0..args.threads.max(1) {
+        for _ in 0..lab.threads.max(1) {
             scope.spawn(|| {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(&(shape, delay, seed)) = units.get(i) else {
                         return;
                     };
-                    let results = run_unit(args, shape, delay, seed, &setup, capacities[&shape]);
+                    let results = run_unit(lab, shape, delay, seed, &setup, capacities[&shape]);
                     let mut cells = cells.lock().unwrap();
                     let cell = cells.entry((shape, delay as u64)).or_default();
                     for (label, family, default, outcome) in results {
@@ -403,13 +402,13 @@ pub fn run_lab(lab: &Lab) -> String {
         }
     });
     let cells = cells.into_inner().unwrap();
-    let dir = &args.out;
+    let dir = &lab.out;
     std::fs::create_dir_all(dir).unwrap();
     let mut md = String::new();
     let _ = writeln!(
         md,
         "# Scaling quality (sim/src/lab), {} seeds, {} s of real time\n",
-        args.seeds,
+        lab.seeds,
         started.elapsed().as_secs()
     );
     let _ = writeln!(
@@ -423,7 +422,7 @@ pub fn run_lab(lab: &Lab) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let timeline_delay = timeline_delay(args);
+    let timeline_delay = timeline_delay(lab);
     let mut timelines: BTreeMap<Shape, Vec<Timeline>> = BTreeMap::new();
     let mut grouped: BTreeMap<CellKey, Vec<Runs>> = BTreeMap::new();
     for ((shape, delay), by_label) in &cells {
