@@ -20,8 +20,8 @@ bench: ## Benchmarks (numbers as ratios from one run; never part of make test)
 	cargo bench --locked --bench extmetrics
 	cargo bench --locked --bench operator
 
-lab: ## The scaling-quality lab: the operator against every peer on simulated vLLM traces (≤ 15 min; target/bench/lab/)
-	cargo bench --locked --bench policies
+lab: ## The scaling-quality lab: the operator against every peer on simulated vLLM traces (≤ 15 min; target/bench/lab/; ARGS="--traces … --delays … --seeds N")
+	cargo bench --locked --bench policies -- $(ARGS)
 
 lab-quick: ## The lab on one trace, one start-up delay and 5 seeds (about a minute)
 	cargo bench --locked --bench policies -- --quick

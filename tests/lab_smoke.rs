@@ -60,6 +60,15 @@ fn the_lab_runs_every_policy_and_writes_its_report() {
         .parse()
         .unwrap();
     assert!(step_attained >= 95.0, "{oracle_line}");
+    // The judge of a change to the control law, one row per cell.
+    assert!(
+        md.contains("### Does the operator's default beat every peer?"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| step | 60 s |") && md.contains("| idle | 60 s |"),
+        "{md}"
+    );
     // Paired intervals against every peer, and the recovery after the step.
     assert!(
         md.contains("| HPA (defaults) |") && md.contains("| WVA (defaults) |"),

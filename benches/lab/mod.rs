@@ -27,7 +27,7 @@ use llmscaleoperator_sim::lab::peers::{
 };
 use llmscaleoperator_sim::lab::policy::{Bounds, Policy, Victims, View};
 use llmscaleoperator_sim::lab::report::{
-    Runs, best_of, miss_percent, paired_difference, replica_hours, summarize,
+    Runs, best_of, miss_percent, paired_difference, replica_hours, summarize, verdict,
 };
 use llmscaleoperator_sim::lab::run::{FleetSetup, Outcome, run};
 use llmscaleoperator_sim::lab::workload::{Request, Shape, generate};
@@ -452,6 +452,7 @@ pub fn run_lab(lab: &Lab) -> String {
         grouped.insert((*shape, *delay), runs);
     }
     md.push_str(&render_summary(&grouped));
+    md.push_str(&render_verdicts(&grouped));
     for ((shape, delay), runs) in &grouped {
         render_cell(&mut md, dir, *shape, *delay, runs);
     }
@@ -709,6 +710,47 @@ fn render_summary(grouped: &BTreeMap<CellKey, Vec<Runs>>) -> String {
         }
         md.push('\n');
     }
+    md
+}
+
+/// The judge of a change to the control law, per cell: the operator's defaults on or beyond
+/// every peer's frontier, at least 25% fewer misses than the best peer setting for no more
+/// replica-hours (paired interval below zero), and no more oscillations than the HPA.
+fn render_verdicts(grouped: &BTreeMap<CellKey, Vec<Runs>>) -> String {
+    let mut md = String::from(
+        "### Does the operator's default beat every peer?\n\n\
+         Wins when no peer setting attains as much for fewer replica-hours, it misses at most 75% \
+         of what the best peer setting misses at no more replica-hours (paired 95% interval below \
+         zero), and it changes direction no more often than the HPA.\n\n\
+         | trace | start-up | dominated by | best peer | misses ÷ best | replica-h ÷ best | Δ misses vs best (pp) | oscillations (operator / HPA) | wins |\n\
+         | --- | ---: | --- | --- | ---: | ---: | ---: | ---: | :---: |\n",
+    );
+    for ((shape, delay), runs) in grouped {
+        let Some(v) = verdict(runs) else { continue };
+        let dominated = match v.dominated_by.len() {
+            0 => "nobody".to_owned(),
+            1..=2 => v.dominated_by.join(", "),
+            n => format!(
+                "{}, {} and {} more",
+                v.dominated_by[0],
+                v.dominated_by[1],
+                n - 2
+            ),
+        };
+        let _ = writeln!(
+            md,
+            "| {} | {delay} s | {dominated} | {} | {:.2} | {:.2} | {} | {:.1} / {:.1} | {} |",
+            shape.name(),
+            v.best_peer,
+            v.miss_ratio,
+            v.hours_ratio,
+            fmt_interval(v.misses_vs_best),
+            v.oscillations.0,
+            v.oscillations.1,
+            if v.wins() { "yes" } else { "no" },
+        );
+    }
+    md.push('\n');
     md
 }
 
