@@ -10,6 +10,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use crate::lab::workload::Prefix;
+
 /// What one pod of the fleet is: the lab's default is an 8B model in bf16 on one 24 GB GPU
 /// (L4-class): about 32k tokens of KV cache, ≈20 tokens/s for a lone sequence, ≈5k prefill
 /// tokens/s.
@@ -79,7 +81,7 @@ struct Seq {
     arrived: f64,
     prompt: u32,
     /// The prefix this request brings and caches once its prefill is done.
-    prefix: Option<(u32, u32)>,
+    prefix: Option<Prefix>,
     /// Prefill tokens still to compute.
     prefill_left: u32,
     /// Output tokens still to produce (the first comes with the prefill).
@@ -116,7 +118,7 @@ pub struct Arrival {
     pub arrived: f64,
     pub prompt: u32,
     pub output: u32,
-    pub prefix: Option<(u32, u32)>,
+    pub prefix: Option<Prefix>,
 }
 
 #[derive(Debug, Clone)]
@@ -133,7 +135,7 @@ pub struct Engine {
     /// (what `rate(vllm:prefix_cache_hits_total[5m])` would show).
     warmth: f64,
     /// Prefixes whose prefill completed in the current step, cached at its end.
-    pending_prefixes: Vec<(u32, u32)>,
+    pending_prefixes: Vec<Prefix>,
     /// When the step in progress ends (the pod's own clock).
     clock: f64,
     /// The warmth's decay per tick, for the last tick length seen.
@@ -204,17 +206,14 @@ impl Engine {
         });
     }
 
-    /// Every request the pod holds, running or waiting, with whether it already had its first
-    /// token: what is lost if the pod goes now.
-    pub fn drain_all(&mut self) -> Vec<(usize, f64, bool)> {
-        let all: Vec<(usize, f64, bool)> = self
+    /// Empties the pod: the requests it held, running or waiting (lost if the pod goes now).
+    pub fn drain_all(&mut self) -> Vec<usize> {
+        let all = self
             .running
-            .iter()
-            .chain(self.waiting.iter())
-            .map(|s| (s.request, s.arrived, s.first_token.is_some()))
+            .drain(..)
+            .chain(self.waiting.drain(..))
+            .map(|s| s.request)
             .collect();
-        self.running.clear();
-        self.waiting.clear();
         self.kv_pages = 0;
         all
     }
@@ -298,8 +297,8 @@ impl Engine {
                     request: seq.request,
                     at,
                 });
-                if let Some((id, tokens)) = seq.prefix {
-                    self.pending_prefixes.push((id, tokens));
+                if let Some(prefix) = seq.prefix {
+                    self.pending_prefixes.push(prefix);
                 }
                 seq.output_left = seq.output_left.saturating_sub(1);
             } else if seq.prefill_left > 0 {
@@ -322,8 +321,8 @@ impl Engine {
         for i in done.into_iter().rev() {
             self.running.remove(i);
         }
-        for (id, tokens) in std::mem::take(&mut self.pending_prefixes) {
-            self.remember(id, tokens, at);
+        for prefix in std::mem::take(&mut self.pending_prefixes) {
+            self.remember(prefix, at);
         }
         self.kv_pages = self.running.iter().map(|s| s.pages(p.page)).sum();
         self.clock = at;
@@ -367,7 +366,7 @@ impl Engine {
             };
             // A prefix already cached skips its part of the prefill; only a fresh prompt (not a
             // preempted one being recomputed) counts as a hit.
-            if let Some((id, tokens)) = seq.prefix
+            if let Some(Prefix { id, tokens }) = seq.prefix
                 && seq.first_token.is_none()
                 && let Some(entry) = self.prefixes.get_mut(&id)
             {
@@ -399,7 +398,7 @@ impl Engine {
         }
     }
 
-    fn remember(&mut self, id: u32, tokens: u32, now: f64) {
+    fn remember(&mut self, Prefix { id, tokens }: Prefix, now: f64) {
         if let Some(entry) = self.prefixes.get_mut(&id) {
             entry.1 = now;
             return;
@@ -516,14 +515,20 @@ mod tests {
         let first_token = |warm: bool| {
             let mut e = Engine::new(PodProfile::default());
             let mut a = arrival(0, 0.0, 3000, 2);
-            a.prefix = Some((7, 2500));
+            a.prefix = Some(Prefix {
+                id: 7,
+                tokens: 2500,
+            });
             e.push(a);
             serve(&mut e, 0.0);
             if !warm {
                 e = Engine::new(PodProfile::default());
             }
             let mut b = arrival(1, 100.0, 3000, 2);
-            b.prefix = Some((7, 2500));
+            b.prefix = Some(Prefix {
+                id: 7,
+                tokens: 2500,
+            });
             e.push(b);
             let done = serve(&mut e, 100.0);
             done[0].1 - 100.0

@@ -318,7 +318,7 @@ impl Sim {
                 arrived: request.at,
                 prompt: request.prompt,
                 output: request.output,
-                prefix: request.prefix.map(|p| (p.id, p.tokens)),
+                prefix: request.prefix,
             });
         }
     }
@@ -355,7 +355,7 @@ impl Sim {
                 .draining_until
                 .is_some_and(|until| until <= now || pod.engine.is_idle());
             if done {
-                for (request, _, _) in pod.engine.drain_all() {
+                for request in pod.engine.drain_all() {
                     if let Some(v) = self.verdicts.get_mut(request) {
                         *v = Verdict::Lost;
                         self.outcome.lost += 1;
@@ -566,6 +566,70 @@ mod tests {
                 assert!(o.lost > 0, "pods removed at once lose what they hold");
             }
         }
+    }
+
+    /// Grows the fleet at its first decision and records what it is shown.
+    struct Watcher {
+        seen: Vec<(f64, Vec<PodState>, Vec<u64>)>,
+    }
+
+    impl Policy for Watcher {
+        fn label(&self) -> String {
+            "watcher".into()
+        }
+        fn period(&self) -> f64 {
+            5.0
+        }
+        fn decide(&mut self, view: &View<'_>) -> u32 {
+            let scraped = view
+                .metrics
+                .latest(view.now, crate::lab::metrics::Gauge::Running)
+                .into_iter()
+                .map(|(id, _)| id)
+                .collect();
+            self.seen.push((view.now, view.pods.to_vec(), scraped));
+            8
+        }
+    }
+
+    #[test]
+    fn new_pods_are_ready_after_a_jittered_start_up_and_never_scraped_before() {
+        let requests = generate_at_rate(Shape::Conversation, 1, 4.0, 600.0);
+        let mut watcher = Watcher { seen: Vec::new() };
+        run(&requests, 600.0, None, &mut watcher, &setup(1), 1);
+        let (_, last, _) = watcher.seen.last().unwrap();
+        assert_eq!(last.len(), 8);
+        let delays: Vec<f64> = last
+            .iter()
+            .filter(|p| p.created > 0.0)
+            .map(|p| p.ready_at.unwrap() - p.created)
+            .collect();
+        assert_eq!(delays.len(), 7);
+        // 60 s ± 20%, and not all alike.
+        assert!(
+            delays.iter().all(|d| (48.0..=72.0).contains(d)),
+            "{delays:?}"
+        );
+        assert!(
+            delays.iter().any(|d| (d - delays[0]).abs() > 1.0),
+            "{delays:?}"
+        );
+        for (now, pods, scraped) in &watcher.seen {
+            for id in scraped {
+                let pod = pods.iter().find(|p| p.id == *id).unwrap();
+                assert!(
+                    pod.ready_at.is_some_and(|at| at <= *now),
+                    "{id} scraped at {now}"
+                );
+            }
+        }
+        // Every Ready pod is scraped within one interval (15 s) of becoming Ready.
+        let (now, pods, scraped) = watcher.seen.last().unwrap();
+        assert!(
+            pods.iter()
+                .all(|p| p.ready_at.is_some_and(|at| at + 15.0 <= *now))
+        );
+        assert_eq!(scraped.len(), 8);
     }
 
     #[test]
