@@ -9,7 +9,8 @@
 //! a timeline per trace (one seed, 180 s start-up) as SVG beside it.
 //!
 //! Arguments (after `--`): `--quick` (one trace, one delay, 5 seeds), `--seeds N`,
-//! `--traces conversation,step`, `--delays 60,180,300`, `--threads N`.
+//! `--traces conversation,step`, `--delays 60,180,300`, `--threads N`,
+//! `--only operator,HPA` (those families of the roster only), `--print-timelines`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -60,6 +61,10 @@ fn parse_args() -> Lab {
                     .map(|d| d.parse().unwrap())
                     .collect();
             }
+            "--only" => {
+                lab.families = Some(it.next().unwrap().split(',').map(str::to_owned).collect());
+            }
+            "--print-timelines" => lab.print_timelines = true,
             // cargo bench passes --bench to every bench binary.
             _ => {}
         }

@@ -8,7 +8,9 @@ mod common;
 
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
-use llmscaleoperator::api::{LLMScaler, MetricProvider, ScaleDownBehavior};
+use llmscaleoperator::api::{
+    LLMScaler, MetricProvider, MetricTargetType, ScaleDownBehavior, SelectPolicy,
+};
 use serde_json::{Value, json};
 
 fn valid_spec() -> Value {
@@ -339,6 +341,99 @@ fn invalid_cases() -> Vec<Case> {
             expect: vec!["spec.serverAddress"],
         });
     }
+    let tolerance_hint =
+        "must be a quoted decimal fraction from 0 up to (not including) 1, e.g. \"0.1\" for 10%";
+    for (direction, bad) in [
+        ("scaleUp", "1"),
+        ("scaleUp", "10%"),
+        ("scaleDown", "1.5"),
+        ("scaleDown", "-0.1"),
+        ("scaleDown", "0.1 "),
+    ] {
+        cases.push(Case {
+            what: "a tolerance that is not a fraction below 1",
+            spec: with(
+                valid_spec(),
+                &format!("/{direction}"),
+                json!({"tolerance": bad}),
+            ),
+            expect: vec![
+                if direction == "scaleUp" {
+                    "spec.scaleUp.tolerance"
+                } else {
+                    "spec.scaleDown.tolerance"
+                },
+                tolerance_hint,
+            ],
+        });
+    }
+    for (what, policy, fragment) in [
+        (
+            "a policy of 0 pods",
+            json!({"type": "Pods", "value": 0, "periodSeconds": 60}),
+            "should be greater than or equal to 1",
+        ),
+        (
+            "a policy period of 0 s",
+            json!({"type": "Percent", "value": 100, "periodSeconds": 0}),
+            "should be greater than or equal to 1",
+        ),
+        (
+            "a policy period over 30 minutes",
+            json!({"type": "Pods", "value": 4, "periodSeconds": 1801}),
+            "should be less than or equal to 1800",
+        ),
+        (
+            "a policy type that does not exist",
+            json!({"type": "Replicas", "value": 4, "periodSeconds": 60}),
+            "supported values: \"Pods\", \"Percent\"",
+        ),
+    ] {
+        cases.push(Case {
+            what,
+            spec: with(valid_spec(), "/scaleUp", json!({"policies": [policy]})),
+            expect: vec!["spec.scaleUp.policies[0]", fragment],
+        });
+    }
+    cases.push(Case {
+        what: "a selectPolicy that does not exist",
+        spec: with(
+            valid_spec(),
+            "/scaleDown",
+            json!({"selectPolicy": "Fastest"}),
+        ),
+        expect: vec![
+            "spec.scaleDown.selectPolicy",
+            "supported values: \"Max\", \"Min\", \"Disabled\"",
+        ],
+    });
+    for (bad, fragment) in [
+        (-1, "should be greater than or equal to 0"),
+        (3601, "should be less than or equal to 3600"),
+    ] {
+        cases.push(Case {
+            what: "a startupSeconds out of range",
+            spec: with(valid_spec(), "/startupSeconds", json!(bad)),
+            expect: vec!["spec.startupSeconds", fragment],
+        });
+        cases.push(Case {
+            what: "a scale-up window out of range",
+            spec: with(
+                valid_spec(),
+                "/scaleUp",
+                json!({"stabilizationWindowSeconds": bad}),
+            ),
+            expect: vec!["spec.scaleUp.stabilizationWindowSeconds", fragment],
+        });
+    }
+    cases.push(Case {
+        what: "a targetType that does not exist",
+        spec: with(valid_spec(), "/metrics/0/targetType", json!("Sum")),
+        expect: vec![
+            "spec.metrics[0].targetType",
+            "supported values: \"Value\", \"AverageValue\"",
+        ],
+    });
     for bad in ["apps", "Apps/V1", "/v1", "apps/", "apps/1", "apps/v1/extra"] {
         cases.push(Case {
             what: "a targetRef.apiVersion without a group/version shape",
@@ -501,10 +596,52 @@ async fn samples_and_scale_to_zero_are_accepted_with_defaults() {
     }
     let defaulted = typed.get("scale-to-zero").await.unwrap();
     assert_eq!(defaulted.spec.min_replicas, 0);
+    // The HPA's behavior defaults, filled in by the apiserver.
+    let down = &defaulted.spec.scale_down;
     assert_eq!(
-        defaulted.spec.scale_down.stabilization_window_seconds, 0,
+        down.stabilization_window_seconds, 300,
         "defaulted scaleDown"
     );
+    assert_eq!(down.tolerance, "0.1");
+    assert_eq!(down.select_policy, SelectPolicy::Max);
+    assert_eq!(
+        serde_json::to_value(&down.policies).unwrap(),
+        json!([{"type": "Percent", "value": 100, "periodSeconds": 15}])
+    );
+    let up = &defaulted.spec.scale_up;
+    assert_eq!(
+        (up.stabilization_window_seconds, up.tolerance.as_str()),
+        (0, "0.1")
+    );
+    assert_eq!(
+        serde_json::to_value(&up.policies).unwrap(),
+        json!([
+            {"type": "Percent", "value": 100, "periodSeconds": 15},
+            {"type": "Pods", "value": 4, "periodSeconds": 15},
+        ])
+    );
+    assert_eq!(defaulted.spec.startup_seconds, None, "learned unless set");
+    assert_eq!(
+        defaulted.spec.metrics.as_ref().unwrap()[0].target_type,
+        MetricTargetType::Value
+    );
+    // A spec written for the HPA's vocabulary is accepted as written.
+    let hpa_like = with(
+        with(
+            valid_spec(),
+            "/scaleUp",
+            json!({"stabilizationWindowSeconds": 30, "tolerance": "0.05", "selectPolicy": "Min",
+                   "policies": [{"type": "Pods", "value": 4, "periodSeconds": 60}]}),
+        ),
+        "/startupSeconds",
+        json!(240),
+    );
+    api.create(&PostParams::default(), &scaler("hpa-like", hpa_like))
+        .await
+        .unwrap();
+    let stored = typed.get("hpa-like").await.unwrap();
+    assert_eq!(stored.spec.scale_up.select_policy, SelectPolicy::Min);
+    assert_eq!(stored.spec.startup_seconds, Some(240));
 
     common::delete_namespace(&client, &ns).await;
 }
@@ -540,6 +677,9 @@ async fn published_openapi_describes_every_scale_down_field() {
     );
     for field in [
         "stabilizationWindowSeconds",
+        "tolerance",
+        "selectPolicy",
+        "policies",
         "maxStepReplicas",
         "behavior",
         "deletionCostQuery",
@@ -550,6 +690,27 @@ async fn published_openapi_describes_every_scale_down_field() {
             "spec.scaleDown.{field} has no description: {property}"
         );
     }
+    let spec = &scaler["properties"]["spec"]["properties"];
+    for field in [
+        "stabilizationWindowSeconds",
+        "tolerance",
+        "selectPolicy",
+        "policies",
+    ] {
+        let property = &spec["scaleUp"]["properties"][field];
+        assert!(
+            described(property),
+            "spec.scaleUp.{field} has no description: {property}"
+        );
+    }
+    assert!(
+        described(&spec["startupSeconds"]),
+        "spec.startupSeconds has no description"
+    );
+    assert!(
+        described(&spec["metrics"]["items"]["properties"]["targetType"]),
+        "spec.metrics[].targetType has no description"
+    );
     assert!(
         scale_down["properties"]["behavior"]["description"]
             .as_str()

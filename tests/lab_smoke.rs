@@ -27,7 +27,8 @@ fn the_lab_runs_every_policy_and_writes_its_report() {
     assert_eq!(md, written);
     for family in [
         "llmscaleoperator",
-        "llmscaleoperator (down window 300 s)",
+        "llmscaleoperator (before: plain ratio)",
+        "llmscaleoperator (no look-ahead)",
         "HPA",
         "KEDA",
         "Knative KPA",

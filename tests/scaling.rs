@@ -577,10 +577,34 @@ async fn a_recreated_target_does_not_inherit_the_old_targets_hold() {
             .then_some(())
     })
     .await;
+    let recreated = k8s_openapi::jiff::Timestamp::now();
     env.create_deployment("vllm", 3).await;
-    env.wait_ready("vllm", 1).await;
-    let second_uid = env.deployments().get("vllm").await.unwrap().uid().unwrap();
+    let second_uid = common::eventually("the new Deployment", WAIT, || async {
+        env.deployments().get("vllm").await.ok()?.uid()
+    })
+    .await;
     assert_ne!(first_uid, second_uid);
+    // The history is the new target's alone: it starts from the count the new Deployment has
+    // (a new target, like a new scaler, is not shrunk before a window has passed), and nothing
+    // recorded for the old one is kept.
+    let history = common::eventually("a history recorded for the new target", WAIT, || async {
+        let history = env
+            .scalers()
+            .get("phoenix")
+            .await
+            .ok()?
+            .status?
+            .recommendation_history?;
+        (history.target_uid.as_deref() == Some(second_uid.as_str())).then_some(history)
+    })
+    .await;
+    assert!(
+        history
+            .entries
+            .iter()
+            .all(|e| e.time.0 >= recreated - k8s_openapi::jiff::SignedDuration::from_secs(1)),
+        "an entry of the old target survived: {history:?}"
+    );
     env.done().await;
 }
 

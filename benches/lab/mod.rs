@@ -13,9 +13,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use llmscaleoperator::api::behavior::{behavior, target_type};
+use llmscaleoperator::api::validation::parse_target;
+use llmscaleoperator::api::{LLMScalerSpec, ScaleDownBehavior};
 use llmscaleoperator::scaling::{
-    Bounds as OpBounds, Entry, Input, MetricReading, ScaleDownPolicy, Signal as OpSignal,
-    SkipReason, TargetState, decide,
+    Bounds as OpBounds, Input, Learned, Memory, MetricReading, Signal as OpSignal, SkipReason,
+    TargetState, TargetType, decide, effective_startup, learn_startup,
 };
 use llmscaleoperator_sim::lab::chart::{self, ParetoPoint, Timeline};
 use llmscaleoperator_sim::lab::engine::PodProfile;
@@ -31,6 +34,7 @@ use llmscaleoperator_sim::lab::report::{
 };
 use llmscaleoperator_sim::lab::run::{FleetSetup, Outcome, run};
 use llmscaleoperator_sim::lab::workload::{Request, Shape, generate};
+use serde_json::json;
 
 /// The operator as a user would set it up for vLLM: one Prometheus query, the mean requests in
 /// flight per scraped pod, with requests held at the gateway added (so a fleet at zero wakes):
@@ -39,24 +43,52 @@ use llmscaleoperator_sim::lab::workload::{Request, Shape, generate};
 /// (sum(vllm:num_requests_running + vllm:num_requests_waiting) + sum(gateway_pending))
 ///   / clamp_min(count(vllm:num_requests_running), 1)
 /// ```
+///
+/// Everything else comes from an LLMScaler spec read through the same functions the controller
+/// uses: the spec's defaults (or the fields a variant sets), its behavior, and the start-up delay
+/// learned from the target's pods.
 struct Operator {
     label: String,
+    spec: LLMScalerSpec,
     target: f64,
-    bounds: Bounds,
-    window_seconds: i32,
-    cache_aware: bool,
-    history: Vec<Entry>,
+    kind: TargetType,
+    memory: Memory,
+    learned: Option<Learned>,
+    /// The newest Ready time counted into `learned`.
+    learned_until: f64,
 }
 
 impl Operator {
     fn new(bounds: Bounds) -> Self {
+        Self::with(bounds, json!({}))
+    }
+
+    /// The spec a user would write, with `overrides` merged over its top level.
+    fn with(bounds: Bounds, overrides: serde_json::Value) -> Self {
+        let mut spec = json!({
+            "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm"},
+            "serverAddress": "http://prometheus:9090",
+            "minReplicas": bounds.min,
+            "maxReplicas": bounds.max,
+            "metrics": [{"name": "in-flight", "query": "…", "target": TARGET.to_string()}],
+        });
+        if let (Some(base), Some(extra)) = (spec.as_object_mut(), overrides.as_object()) {
+            for (k, v) in extra {
+                base.insert(k.clone(), v.clone());
+            }
+        }
+        let spec: LLMScalerSpec = serde_json::from_value(spec).unwrap();
+        let metric = &spec.metrics.as_ref().unwrap()[0];
+        let target = parse_target(&metric.target).unwrap();
+        let kind = target_type(metric.target_type);
         Self {
             label: "llmscaleoperator".into(),
-            target: TARGET,
-            bounds,
-            window_seconds: 0,
-            cache_aware: true,
-            history: Vec::new(),
+            spec,
+            target,
+            kind,
+            memory: Memory::default(),
+            learned: None,
+            learned_until: 0.0,
         }
     }
 
@@ -76,14 +108,13 @@ impl Policy for Operator {
     }
 
     fn period(&self) -> f64 {
-        15.0
+        f64::from(self.spec.sync_period_seconds)
     }
 
     fn victims(&self) -> Victims {
-        if self.cache_aware {
-            Victims::Coldest
-        } else {
-            Victims::ReplicaSet
+        match self.spec.scale_down.behavior {
+            ScaleDownBehavior::CacheAware => Victims::Coldest,
+            ScaleDownBehavior::None => Victims::ReplicaSet,
         }
     }
 
@@ -100,9 +131,26 @@ impl Policy for Operator {
             None if running.is_empty() => Err(SkipReason::Unavailable("no series".into())),
             _ => {
                 let sum = running.iter().map(|(_, v)| v).sum::<f64>() + waiting;
-                Ok((sum + gateway.unwrap_or(0.0)) / running.len().max(1) as f64)
+                let total = sum + gateway.unwrap_or(0.0);
+                Ok(match self.kind {
+                    TargetType::Value => total / running.len().max(1) as f64,
+                    TargetType::AverageValue => total,
+                })
             }
         };
+        // What the controller learns from the pods' creation and Ready times.
+        let mut became_ready: Vec<(f64, f64)> = view
+            .pods
+            .iter()
+            .filter_map(|p| p.ready_at.map(|r| (r, r - p.created)))
+            .filter(|(r, _)| *r > self.learned_until)
+            .collect();
+        became_ready.sort_by(|a, b| a.0.total_cmp(&b.0));
+        if let Some((last, _)) = became_ready.last() {
+            self.learned_until = *last;
+            let samples: Vec<f64> = became_ready.iter().map(|(_, s)| *s).collect();
+            self.learned = learn_startup(self.learned, &samples);
+        }
         let now = Timestamp::from_second(EPOCH).unwrap()
             + SignedDuration::from_millis((view.now * 1000.0) as i64);
         let decision = decide(&Input {
@@ -110,6 +158,7 @@ impl Policy for Operator {
                 name: "in-flight".into(),
                 value,
                 target: self.target,
+                kind: self.kind,
             }]),
             target: TargetState {
                 spec_replicas: i32::try_from(view.spec).unwrap(),
@@ -117,17 +166,15 @@ impl Policy for Operator {
                 rollout: None,
             },
             bounds: OpBounds {
-                min: i32::try_from(self.bounds.min).unwrap(),
-                max: i32::try_from(self.bounds.max).unwrap(),
+                min: self.spec.min_replicas,
+                max: self.spec.max_replicas,
             },
-            scale_down: ScaleDownPolicy {
-                window_seconds: self.window_seconds,
-                max_step: 0,
-            },
-            history: std::mem::take(&mut self.history),
+            behavior: behavior(&self.spec).unwrap(),
+            startup_seconds: effective_startup(self.spec.startup_seconds, self.learned),
+            memory: std::mem::take(&mut self.memory),
             now,
         });
-        self.history = decision.history;
+        self.memory = decision.memory;
         decision
             .write
             .map_or(view.spec, |w| u32::try_from(w).unwrap_or(0))
@@ -180,18 +227,38 @@ fn roster(
         entrant(
             "operator",
             false,
-            Operator {
-                cache_aware: false,
-                ..Operator::new(bounds).named("llmscaleoperator (cache-aware off)")
-            },
+            Operator::with(bounds, json!({"scaleDown": {"behavior": "None"}}))
+                .named("llmscaleoperator (cache-aware off)"),
+        ),
+        // The control law before start-up awareness and behavior: the ratio with no tolerance,
+        // no window, no rate limit and no look-ahead (what a spec from before them reads as).
+        entrant(
+            "operator",
+            false,
+            Operator::with(
+                bounds,
+                json!({
+                    "scaleUp": {"tolerance": "0", "policies": []},
+                    "scaleDown": {"stabilizationWindowSeconds": 0, "tolerance": "0", "policies": []},
+                    "startupSeconds": 0,
+                }),
+            )
+            .named("llmscaleoperator (before: plain ratio)"),
         ),
         entrant(
             "operator",
             false,
-            Operator {
-                window_seconds: 300,
-                ..Operator::new(bounds).named("llmscaleoperator (down window 300 s)")
-            },
+            Operator::with(
+                bounds,
+                json!({"metrics": [{"name": "in-flight", "query": "…", "target": TARGET.to_string(), "targetType": "AverageValue"}]}),
+            )
+            .named("llmscaleoperator (sum, AverageValue)"),
+        ),
+        entrant(
+            "operator",
+            false,
+            Operator::with(bounds, json!({"startupSeconds": 0}))
+                .named("llmscaleoperator (no look-ahead)"),
         ),
         entrant(
             "oracle",
@@ -203,10 +270,11 @@ fn roster(
         all.push(entrant(
             "operator",
             false,
-            Operator {
-                target,
-                ..Operator::new(bounds).named(&format!("llmscaleoperator (target {target})"))
-            },
+            Operator::with(
+                bounds,
+                json!({"metrics": [{"name": "in-flight", "query": "…", "target": target.to_string()}]}),
+            )
+            .named(&format!("llmscaleoperator (target {target})")),
         ));
     }
 
@@ -337,6 +405,10 @@ pub struct Lab {
     pub threads: usize,
     /// Seconds of each trace to replay (`None`: the whole trace).
     pub duration: Option<f64>,
+    /// Only these families of the roster (`None`: all); for iterating on one policy.
+    pub families: Option<Vec<String>>,
+    /// Also print the timelines as text (one line per minute).
+    pub print_timelines: bool,
     pub out: PathBuf,
 }
 
@@ -349,6 +421,8 @@ impl Lab {
             delays: vec![60.0, 180.0, 300.0],
             threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
             duration: None,
+            families: None,
+            print_timelines: false,
             out: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench/lab"),
         }
     }
@@ -468,6 +542,32 @@ pub fn run_lab(lab: &Lab) -> String {
         )
         .unwrap();
         let _ = writeln!(md, "![timeline {}]({file})\n", shape.name());
+        if lab.print_timelines {
+            for line in lines {
+                let _ = writeln!(
+                    md,
+                    "timeline {} {}: (minute spec/ready queued load)",
+                    shape.name(),
+                    line.label
+                );
+                let minutes: Vec<String> = line
+                    .moments
+                    .iter()
+                    .filter(|m| (m.at % 60.0) < 10.0)
+                    .map(|m| {
+                        format!(
+                            "{:.0}:{}/{} q{} l{:.0}",
+                            m.at / 60.0,
+                            m.spec,
+                            m.ready,
+                            m.queued,
+                            m.load
+                        )
+                    })
+                    .collect();
+                let _ = writeln!(md, "{}\n", minutes.join("  "));
+            }
+        }
     }
     std::fs::write(dir.join("README.md"), &md).unwrap();
     md
@@ -500,7 +600,10 @@ fn run_unit(
         .unwrap_or(shape.duration())
         .min(shape.duration());
     let timeline_delay = timeline_delay(lab);
-    let entrants = roster(bounds, &requests, duration, capacity, delay);
+    let mut entrants = roster(bounds, &requests, duration, capacity, delay);
+    if let Some(families) = &lab.families {
+        entrants.retain(|e| families.iter().any(|f| f == e.family));
+    }
     let mut labels: Vec<String> = entrants.iter().map(Entrant::label).collect();
     labels.sort();
     labels.dedup();
@@ -660,6 +763,13 @@ fn render_cell(md: &mut String, dir: &Path, shape: Shape, delay: u64, runs: &[Ru
 
 /// The headline: per start-up delay, each policy at its defaults (and the operator with a
 /// 300 s window) on every trace: SLO attained and replica-hours relative to the oracle.
+/// Operator settings shown in the summary beside the defaults: the law before start-up awareness
+/// and behavior, and the defaults without the look-ahead.
+const SUMMARY_VARIANTS: [&str; 2] = [
+    "llmscaleoperator (before: plain ratio)",
+    "llmscaleoperator (no look-ahead)",
+];
+
 fn render_summary(grouped: &BTreeMap<CellKey, Vec<Runs>>) -> String {
     let mut md = String::new();
     let delays: std::collections::BTreeSet<u64> = grouped.keys().map(|(_, d)| *d).collect();
@@ -682,7 +792,7 @@ fn render_summary(grouped: &BTreeMap<CellKey, Vec<Runs>>) -> String {
             .iter()
             .filter(|((_, d), _)| *d == delay)
             .flat_map(|(_, runs)| runs.iter())
-            .filter(|r| r.default || r.label == "llmscaleoperator (down window 300 s)")
+            .filter(|r| r.default || SUMMARY_VARIANTS.contains(&r.label.as_str()))
             .map(|r| (r.family.clone(), r.label.clone()))
             .collect();
         labels.sort_by(|a, b| {

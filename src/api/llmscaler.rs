@@ -134,10 +134,24 @@ pub struct LLMScalerSpec {
     #[schemars(range(min = 1))]
     pub retry_period_seconds: i32,
 
-    /// How the fleet shrinks: how long to wait before believing a lower signal, how many replicas
-    /// may go in one step, and which pods go first.
+    /// How the fleet grows: a tolerance, a stabilization window and rate policies, as in an
+    /// HPA's behavior.scaleUp. The defaults double the fleet or add 4 pods per 15 s, whichever
+    /// is more, with no window.
+    #[serde(default)]
+    pub scale_up: ScaleUp,
+
+    /// How the fleet shrinks: a tolerance, how long to wait before believing a lower signal,
+    /// rate policies, how many replicas may go in one step, and which pods go first.
     #[serde(default)]
     pub scale_down: ScaleDown,
+
+    /// Seconds a new pod of the target takes to become useful (scheduled, image pulled, model
+    /// loaded, Ready). Scale-up is sized for the demand expected this far ahead. Leave it unset
+    /// to use the delay learned from the target's own pods (status.startup); 0 turns the
+    /// look-ahead off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 3600))]
+    pub startup_seconds: Option<i32>,
 
     /// Reserved for preemption support. Accepted and stored, but the controller does not act on
     /// it yet.
@@ -230,6 +244,23 @@ pub struct MetricSpec {
     /// against a 0-1 ratio, "80" against a 0-100 series. Must be positive; a % suffix is refused.
     #[schemars(length(max = 32))]
     pub target: String,
+
+    /// What the query returns, as in an HPA's External metric target. Value (the default): a
+    /// per-replica level such as avg(...), and replicas = ceil(readyReplicas × value / target).
+    /// AverageValue: the fleet's total such as sum(...) or a router's queue, and replicas =
+    /// ceil(value / target), so pods that are starting or draining cannot skew it.
+    #[serde(default)]
+    pub target_type: MetricTargetType,
+}
+
+/// How a metric's value becomes a replica count.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MetricTargetType {
+    /// The query returns a per-replica level: replicas = ceil(readyReplicas × value / target).
+    #[default]
+    Value,
+    /// The query returns the fleet's total: replicas = ceil(value / target).
+    AverageValue,
 }
 
 /// Where and how to ask a decision server for a replica count.
@@ -257,19 +288,153 @@ pub(crate) fn default_decision_path() -> String {
     "/decisions".to_owned()
 }
 
-/// Scale-down damping and cache-aware victim selection.
+/// Scale-up damping, in the words of an HPA's behavior.scaleUp.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
-pub struct ScaleDown {
-    /// Look-back window in seconds: the fleet is held at the highest recommendation seen within
-    /// it, so a short dip in the signal does not shrink the fleet. 0 turns it off. Scale-up is
-    /// never delayed by it.
+pub struct ScaleUp {
+    /// Look-back window in seconds: the fleet grows no further than the lowest recommendation
+    /// seen within it, so a short spike does not add pods. 0 (the default) scales up at once.
     #[serde(default)]
     #[schemars(range(min = 0, max = 3600))]
     pub stabilization_window_seconds: i32,
 
+    /// A rise of the demand by less than this fraction of the current replicas adds nothing, as a
+    /// quoted decimal: "0.1" is 10%. Default "0.1", the HPA's.
+    #[serde(default = "default_tolerance")]
+    #[x_kube(validation = Rule::new("self.matches('^(0?[.][0-9]+|0)$')")
+        .message("scaleUp.tolerance must be a quoted decimal fraction from 0 up to (not including) 1, e.g. \"0.1\" for 10%"))]
+    #[schemars(length(max = 16))]
+    pub tolerance: String,
+
+    /// How several policies combine: Max (the default) allows the largest increase any policy
+    /// allows, Min the smallest, Disabled forbids scaling up.
+    #[serde(default)]
+    pub select_policy: SelectPolicy,
+
+    /// Rate limits: each allows at most value pods, or value percent of the replicas at the
+    /// start of the period, per periodSeconds. Default: 100% and 4 pods per 15 s. An empty list
+    /// means no limit.
+    #[serde(default = "default_scale_up_policies")]
+    #[schemars(length(max = 10))]
+    pub policies: Vec<ScalingPolicy>,
+}
+
+impl Default for ScaleUp {
+    fn default() -> Self {
+        Self {
+            stabilization_window_seconds: 0,
+            tolerance: default_tolerance(),
+            select_policy: SelectPolicy::Max,
+            policies: default_scale_up_policies(),
+        }
+    }
+}
+
+pub(crate) fn default_tolerance() -> String {
+    "0.1".to_owned()
+}
+
+pub(crate) fn default_scale_up_policies() -> Vec<ScalingPolicy> {
+    vec![
+        ScalingPolicy {
+            type_: PolicyType::Percent,
+            value: 100,
+            period_seconds: 15,
+        },
+        ScalingPolicy {
+            type_: PolicyType::Pods,
+            value: 4,
+            period_seconds: 15,
+        },
+    ]
+}
+
+pub(crate) fn default_scale_down_policies() -> Vec<ScalingPolicy> {
+    vec![ScalingPolicy {
+        type_: PolicyType::Percent,
+        value: 100,
+        period_seconds: 15,
+    }]
+}
+
+pub(crate) fn default_scale_down_window() -> i32 {
+    300
+}
+
+/// One rate limit: at most value pods, or value percent, per periodSeconds.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ScalingPolicy {
+    /// Pods counts replicas; Percent counts a percentage of the replicas at the start of the
+    /// period.
+    #[serde(rename = "type")]
+    pub type_: PolicyType,
+
+    /// How many pods, or what percentage, per period. At least 1.
+    #[schemars(range(min = 1))]
+    pub value: i32,
+
+    /// The period in seconds, from 1 to 1800.
+    #[schemars(range(min = 1, max = 1800))]
+    pub period_seconds: i32,
+}
+
+/// What a scaling policy's value counts.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PolicyType {
+    /// A number of pods.
+    Pods,
+    /// A percentage of the replicas at the start of the period.
+    Percent,
+}
+
+/// How the policies of one direction combine.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SelectPolicy {
+    /// The policy that allows the largest change.
+    #[default]
+    Max,
+    /// The policy that allows the smallest change.
+    Min,
+    /// No change in this direction.
+    Disabled,
+}
+
+/// Scale-down damping and cache-aware victim selection, in the words of an HPA's
+/// behavior.scaleDown plus what only an LLM fleet needs.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleDown {
+    /// Look-back window in seconds: the fleet is held at the highest recommendation seen within
+    /// it, so a short dip in the signal does not shrink the fleet. Default 300 (the HPA's); 0
+    /// turns it off. Scale-up is never delayed by it.
+    #[serde(default = "default_scale_down_window")]
+    #[schemars(range(min = 0, max = 3600))]
+    pub stabilization_window_seconds: i32,
+
+    /// A fall of the demand by less than this fraction of the current replicas removes nothing,
+    /// as a quoted decimal: "0.1" is 10%. Default "0.1", the HPA's.
+    #[serde(default = "default_tolerance")]
+    #[x_kube(validation = Rule::new("self.matches('^(0?[.][0-9]+|0)$')")
+        .message("scaleDown.tolerance must be a quoted decimal fraction from 0 up to (not including) 1, e.g. \"0.1\" for 10%"))]
+    #[schemars(length(max = 16))]
+    pub tolerance: String,
+
+    /// How several policies combine: Max (the default) allows the largest decrease any policy
+    /// allows, Min the smallest, Disabled forbids scaling down.
+    #[serde(default)]
+    pub select_policy: SelectPolicy,
+
+    /// Rate limits: each allows removing at most value pods, or value percent of the replicas
+    /// at the start of the period, per periodSeconds. Default: 100% per 15 s. An empty list means
+    /// no limit.
+    #[serde(default = "default_scale_down_policies")]
+    #[schemars(length(max = 10))]
+    pub policies: Vec<ScalingPolicy>,
+
     /// Most replicas removed in one scale-down step; 0 means no limit. A collapsed signal then
-    /// walks the fleet down one step per sync instead of dropping it to minReplicas at once.
+    /// walks the fleet down one step per sync instead of dropping it to minReplicas at once
+    /// (the same as a Pods policy whose period is one sync).
     #[serde(default)]
     #[schemars(range(min = 0))]
     pub max_step_replicas: i32,
@@ -290,7 +455,10 @@ pub struct ScaleDown {
 impl Default for ScaleDown {
     fn default() -> Self {
         Self {
-            stabilization_window_seconds: 0,
+            stabilization_window_seconds: default_scale_down_window(),
+            tolerance: default_tolerance(),
+            select_policy: SelectPolicy::Max,
+            policies: default_scale_down_policies(),
             max_step_replicas: 0,
             behavior: ScaleDownBehavior::CacheAware,
             deletion_cost_query: None,
@@ -358,6 +526,24 @@ pub struct LLMScalerStatus {
     /// leader does not forget them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recommendation_history: Option<RecommendationHistory>,
+
+    /// How long the target's pods take from creation to Ready, learned from the pods themselves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup: Option<StartupStatus>,
+}
+
+/// The start-up delay learned from the target's pods.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct StartupStatus {
+    /// Seconds from a pod's creation to its Ready condition, an exponentially weighted mean over
+    /// the pods seen (each new pod weighs a quarter).
+    pub observed_seconds: i32,
+    /// How many pods the estimate has seen.
+    pub samples: i32,
+    /// The newest Ready transition counted, so no pod is counted twice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_ready_time: Option<Time>,
 }
 
 /// The reading of one metric at the last sync.
@@ -392,10 +578,19 @@ pub struct RecommendationHistory {
     /// under the same name starts afresh instead of inheriting its predecessor's hold.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_uid: Option<String>,
-    /// Recommendations inside the stabilization window, oldest first.
+    /// Recommendations inside the scale-down stabilization window, oldest first.
     #[serde(default)]
     #[schemars(length(max = 128))]
     pub entries: Vec<Recommendation>,
+    /// Recommendations inside the scale-up stabilization window, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 128))]
+    pub scale_up_entries: Vec<Recommendation>,
+    /// Replica changes inside the longest rate-policy period, oldest first: replicas is positive
+    /// for pods added, negative for pods removed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub changes: Vec<Recommendation>,
 }
 
 /// One recorded recommendation.

@@ -1,5 +1,6 @@
 //! The LLMScaler API: types, admission rules and the generated CRD.
 
+pub mod behavior;
 mod crd;
 mod llmscaler;
 pub mod validation;
@@ -7,8 +8,9 @@ pub mod validation;
 pub use crd::{CrdError, crd_yaml};
 pub use llmscaler::{
     CustomProvider, LLMScaler, LLMScalerSpec, LLMScalerStatus, MetricProvider, MetricSpec,
-    MetricStatus, Preemption, Recommendation, RecommendationHistory, ScaleDown, ScaleDownBehavior,
-    ServerHeadersFrom, TargetRef,
+    MetricStatus, MetricTargetType, PolicyType, Preemption, Recommendation, RecommendationHistory,
+    ScaleDown, ScaleDownBehavior, ScaleUp, ScalingPolicy, SelectPolicy, ServerHeadersFrom,
+    StartupStatus, TargetRef,
 };
 
 /// API group of every resource this operator defines.

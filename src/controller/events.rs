@@ -6,7 +6,8 @@ use kube::{Resource, ResourceExt};
 
 use crate::api::{LLMScaler, MetricProvider};
 use crate::scaling::{
-    DECISION_METRIC, Decision, DeferReason, HoldReason, LimitReason, Reason, TargetState,
+    DECISION_METRIC, Decision, DeferReason, Direction, HoldReason, LimitReason, PlanReason, Reason,
+    TargetState,
 };
 
 /// One event to publish.
@@ -73,8 +74,14 @@ pub fn decision_notes(
         if let Some(driver) = driver(decision) {
             message.push_str(&format!(" ({driver})"));
         }
+        if let Some(expected) = looked_ahead(decision) {
+            message.push_str(&format!("; {expected}"));
+        }
         if written != decision.desired {
             message.push_str(&format!(", on the way to {}", decision.desired));
+            if let Some(policy) = rate_limit(decision) {
+                message.push_str(&format!(" ({policy})"));
+            }
         }
         if dry_run {
             message.push_str(" (dry run: nothing written)");
@@ -116,6 +123,7 @@ pub fn decision_notes(
                 ),
             ),
             Reason::Limited(LimitReason::Stabilized {
+                direction: Direction::Down,
                 recommended,
                 held_at,
                 window_seconds,
@@ -125,11 +133,60 @@ pub fn decision_notes(
                     "{recommended} recommended; held at {held_at}, the highest recommendation of the last {window_seconds}s"
                 ),
             ),
+            Reason::Limited(LimitReason::Stabilized {
+                direction: Direction::Up,
+                recommended,
+                held_at,
+                window_seconds,
+            }) if decision.write.is_none() => Note::normal(
+                "ScaleUpStabilized",
+                format!(
+                    "{recommended} recommended; held at {held_at}, the lowest recommendation of the last {window_seconds}s"
+                ),
+            ),
+            Reason::Planned(PlanReason::StartingCounted { starting }) => Note::normal(
+                "StartingCounted",
+                format!(
+                    "{starting} {} starting counted as capacity: {target_name} stays at {}",
+                    if *starting == 1 { "pod" } else { "pods" },
+                    target.spec_replicas
+                ),
+            ),
             _ => continue,
         };
         notes.push(note);
     }
     notes
+}
+
+/// "sized for the demand expected in 180 s (9 measured)" when the look-ahead raised a scale-up.
+fn looked_ahead(decision: &Decision) -> Option<String> {
+    decision.reasons.iter().find_map(|r| match r {
+        Reason::Planned(PlanReason::LookedAhead {
+            measured,
+            expected,
+            horizon_seconds,
+        }) => Some(format!(
+            "sized at {expected} for the demand expected in {horizon_seconds}s ({measured} measured)"
+        )),
+        _ => None,
+    })
+}
+
+/// "scale-up limited by policy Pods 4/60s" when a rate policy cut this step short.
+fn rate_limit(decision: &Decision) -> Option<String> {
+    decision.reasons.iter().find_map(|r| match r {
+        Reason::Limited(LimitReason::RateLimited {
+            direction, policy, ..
+        }) => Some(format!(
+            "{} limited by policy {policy}",
+            match direction {
+                Direction::Up => "scale-up",
+                Direction::Down => "scale-down",
+            }
+        )),
+        _ => None,
+    })
 }
 
 /// "kv-cache recommended 4" for the metric with the largest recommendation.
@@ -193,7 +250,7 @@ fn truncate(text: &str, max: usize) -> String {
 mod tests {
     use super::*;
     use crate::scaling::{
-        Bounds, Input, MetricReading, ScaleDownPolicy, Signal, SkipReason, decide,
+        Behavior, Bounds, Input, Memory, MetricReading, Signal, SkipReason, TargetType, decide,
     };
     use k8s_openapi::jiff::Timestamp;
 
@@ -228,6 +285,7 @@ mod tests {
                     name: "kv".into(),
                     value: Ok(kv),
                     target: 0.5,
+                    kind: TargetType::Value,
                 },
                 MetricReading {
                     name: "p99".into(),
@@ -235,15 +293,14 @@ mod tests {
                         "the query returned no series (an empty vector)".into(),
                     )),
                     target: 2.0,
+                    kind: TargetType::Value,
                 },
             ]),
             target: target.clone(),
             bounds: Bounds { min: 1, max: 10 },
-            scale_down: ScaleDownPolicy {
-                window_seconds: 0,
-                max_step: 2,
-            },
-            history: vec![],
+            behavior: Behavior::scale_down(0, 2),
+            startup_seconds: None,
+            memory: Memory::default(),
             now: Timestamp::UNIX_EPOCH,
         });
         (decision, target)

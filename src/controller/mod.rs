@@ -5,6 +5,7 @@ pub mod headers;
 mod preflight;
 mod reconcile;
 pub mod scale;
+mod startup;
 pub mod status;
 pub mod target;
 pub mod targets;
@@ -45,6 +46,9 @@ pub struct Context {
     /// Scaler uids known to have left no deletion-cost marks behind. Unknown (e.g. after a
     /// restart) counts as "may have marks", so the first sync checks.
     unmarked: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Each scaler's recent demand, which the look-ahead fits its trend to. Kept in memory only:
+    /// it changes every sync, and a restart refits it within one start-up delay.
+    samples: std::sync::Mutex<std::collections::HashMap<String, Vec<crate::scaling::Sample>>>,
     /// Syncs running now; a shutdown waits for them.
     in_flight: InFlight,
 }
@@ -102,6 +106,27 @@ impl Context {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .retain(|(_, told)| told != uid);
+        self.samples
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(uid);
+    }
+
+    /// The demand samples remembered for a scaler.
+    pub fn samples(&self, uid: &str) -> Vec<crate::scaling::Sample> {
+        self.samples
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(uid)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    pub fn set_samples(&self, uid: &str, samples: Vec<crate::scaling::Sample>) {
+        self.samples
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(uid.to_owned(), samples);
     }
 
     pub fn set_may_have_marks(&self, uid: &str, may: bool) {
@@ -215,6 +240,7 @@ async fn run_one(
         secrets: Default::default(),
         told: Default::default(),
         unmarked: Default::default(),
+        samples: Default::default(),
         in_flight: Default::default(),
         client,
     });

@@ -15,12 +15,12 @@ use thiserror::Error;
 use super::events::{self, Note};
 use super::status::{self, Outcome, Scaler};
 use super::targets::TargetLookupError;
-use super::{Context, scale, target, victims};
+use super::{Context, scale, startup, target, victims};
 use crate::api::validation::parse_target;
 use crate::api::{LLMScaler, LLMScalerStatus, MetricProvider};
 use crate::scaling::{
-    Bounds, DECISION_METRIC, Decision, Input, MetricReading, Reason, ScaleDownPolicy, Signal,
-    SkipReason, decide,
+    Bounds, DECISION_METRIC, Decision, Input, MetricReading, Reason, Signal, SkipReason, decide,
+    effective_startup,
 };
 use crate::signals::cache::{CachedMetric, ScalerKey, ScalerSnapshot};
 use crate::signals::{decision, http, prometheus};
@@ -59,8 +59,10 @@ pub async fn reconcile(
             target_uid,
             wrote,
             notes: act_notes,
+            startup,
         }) => {
             let outcome = Outcome::Decided {
+                startup: startup.as_ref(),
                 decision: &decision,
                 target: &target,
                 target_uid: &target_uid,
@@ -155,6 +157,7 @@ struct Synced {
     wrote: bool,
     /// Events of the act step (victim marks), published with the decision's own.
     notes: Vec<Note>,
+    startup: Option<crate::api::StartupStatus>,
 }
 
 /// Observe, decide, act.
@@ -215,6 +218,18 @@ async fn sync(
     };
     let uid = scaler.uid().unwrap_or_default();
     let target_uid = object.uid().unwrap_or_default();
+    let behavior = crate::api::behavior::behavior(spec).map_err(|e| Failure {
+        reason: "InvalidSpec",
+        message: e.to_string(),
+    })?;
+    let startup = match &object.selector {
+        Some(Ok(selector)) if startup::worth_a_look(scaler.status.as_ref(), &observed) => {
+            startup::observe(&ctx.client, namespace, selector, scaler.status.as_ref()).await
+        }
+        _ => scaler.status.as_ref().and_then(|s| s.startup.clone()),
+    };
+    let mut memory = status::stored_memory(scaler.status.as_ref(), &uid, &target_uid);
+    memory.samples = ctx.samples(&uid);
     let input = Input {
         signal,
         target: observed.clone(),
@@ -222,14 +237,16 @@ async fn sync(
             min: spec.min_replicas,
             max: spec.max_replicas,
         },
-        scale_down: ScaleDownPolicy {
-            window_seconds: spec.scale_down.stabilization_window_seconds,
-            max_step: spec.scale_down.max_step_replicas,
-        },
-        history: status::stored_history(scaler.status.as_ref(), &uid, &target_uid),
+        behavior,
+        startup_seconds: effective_startup(
+            spec.startup_seconds,
+            startup.as_ref().map(status::learned),
+        ),
+        memory,
         now,
     };
     let decision = decide(&input);
+    ctx.set_samples(&uid, decision.memory.samples.clone());
 
     if is_dry_run(scaler) || !ctx.leadership.may_write() {
         // Everything is evaluated and published; nothing is written to the target or its pods
@@ -240,6 +257,7 @@ async fn sync(
             target_uid,
             wrote: false,
             notes: Vec::new(),
+            startup,
         });
     }
     let removed = usize::try_from(decision.removed(&observed)).unwrap_or(0);
@@ -276,6 +294,7 @@ async fn sync(
         target_uid,
         wrote,
         notes,
+        startup,
     })
 }
 
@@ -308,6 +327,7 @@ async fn read_metrics(
     let metrics = spec.metrics.as_deref().unwrap_or_default();
     let queries = metrics.iter().enumerate().map(|(i, metric)| async move {
         let name = metric_name(metric, i);
+        let kind = crate::api::behavior::target_type(metric.target_type);
         let target = match parse_target(&metric.target) {
             Ok(t) => t,
             Err(e) => {
@@ -315,6 +335,7 @@ async fn read_metrics(
                     name,
                     value: Err(SkipReason::Unavailable(format!("metrics[{i}].target: {e}"))),
                     target: f64::NAN,
+                    kind,
                 };
             }
         };
@@ -335,6 +356,7 @@ async fn read_metrics(
             value: value
                 .map_err(|e| SkipReason::Unavailable(http::redact(&e.to_string(), headers))),
             target,
+            kind,
         }
     });
     join_all(queries).await

@@ -4,8 +4,12 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
+use crate::api::StartupStatus;
 use crate::api::{LLMScalerStatus, MetricStatus, Recommendation, RecommendationHistory};
-use crate::scaling::{Decision, DeferReason, Entry, HoldReason, LimitReason, Reason, TargetState};
+use crate::scaling::{
+    Change, Decision, DeferReason, Direction, Entry, HoldReason, Learned, LimitReason, Memory,
+    Reason, TargetState,
+};
 
 pub const READY: &str = "Ready";
 pub const SCALING_ACTIVE: &str = "ScalingActive";
@@ -21,6 +25,8 @@ pub enum Outcome<'a> {
         /// metadata.uid of the target object read.
         target_uid: &'a str,
         wrote: bool,
+        /// The start-up delay learned from the target's pods, if any.
+        startup: Option<&'a StartupStatus>,
     },
     /// The sync stopped before a decision: `reason` is a CamelCase word, `message` the sentence.
     Failed {
@@ -65,6 +71,7 @@ pub fn render(
             target,
             target_uid,
             wrote,
+            startup,
         } => {
             set(
                 READY,
@@ -85,41 +92,91 @@ pub fn render(
                 status.last_scale_time = Some(Time(now));
             }
             status.current_metrics = metric_statuses(previous, decision, now);
-            status.recommendation_history = history(scaler.uid, target_uid, &decision.history);
+            status.recommendation_history = history(scaler.uid, target_uid, &decision.memory);
+            if let Some(startup) = startup {
+                status.startup = Some((*startup).clone());
+            }
         }
     }
     status
 }
 
-/// The stabilization history stored for this scaler and target; entries recorded for another
-/// incarnation of either are ignored (a history without a target uid predates the field and is
-/// taken as this target's).
-pub fn stored_history(status: Option<&LLMScalerStatus>, uid: &str, target_uid: &str) -> Vec<Entry> {
+/// The memory stored for this scaler and target (stabilization windows and rate-policy changes);
+/// entries recorded for another incarnation of either are ignored (a history without a target
+/// uid predates the field and is taken as this target's). The demand samples are not stored.
+pub fn stored_memory(status: Option<&LLMScalerStatus>, uid: &str, target_uid: &str) -> Memory {
+    let entries = |list: &[Recommendation]| -> Vec<Entry> {
+        list.iter()
+            .map(|e| Entry {
+                at: e.time.0,
+                replicas: e.replicas,
+            })
+            .collect()
+    };
     status
         .and_then(|s| s.recommendation_history.as_ref())
         .filter(|h| h.uid == uid)
         .filter(|h| h.target_uid.as_deref().is_none_or(|t| t == target_uid))
-        .map(|h| {
-            h.entries
+        .map(|h| Memory {
+            down: entries(&h.entries),
+            up: entries(&h.scale_up_entries),
+            changes: h
+                .changes
                 .iter()
-                .map(|e| Entry {
-                    at: e.time.0,
-                    replicas: e.replicas,
+                .map(|c| Change {
+                    at: c.time.0,
+                    replicas: c.replicas,
                 })
-                .collect()
+                .collect(),
+            samples: Vec::new(),
         })
         .unwrap_or_default()
 }
 
-fn history(uid: &str, target_uid: &str, entries: &[Entry]) -> Option<RecommendationHistory> {
-    (!entries.is_empty()).then(|| RecommendationHistory {
-        uid: uid.to_owned(),
-        target_uid: Some(target_uid.to_owned()),
-        entries: entries
+/// The start-up delay learned so far, from status.
+pub fn stored_startup(status: Option<&LLMScalerStatus>) -> Option<Learned> {
+    status.and_then(|s| s.startup.as_ref()).map(learned)
+}
+
+/// The core's form of a stored start-up delay.
+pub fn learned(s: &StartupStatus) -> Learned {
+    Learned {
+        seconds: f64::from(s.observed_seconds),
+        samples: u32::try_from(s.samples).unwrap_or(0),
+    }
+}
+
+/// The status form of a learned start-up delay.
+pub fn startup_status(learned: Learned, last_ready: Option<Timestamp>) -> StartupStatus {
+    StartupStatus {
+        observed_seconds: learned.seconds.round() as i32,
+        samples: i32::try_from(learned.samples).unwrap_or(i32::MAX),
+        last_ready_time: last_ready.map(Time),
+    }
+}
+
+fn history(uid: &str, target_uid: &str, memory: &Memory) -> Option<RecommendationHistory> {
+    let list = |entries: &[Entry]| -> Vec<Recommendation> {
+        entries
             .iter()
             .map(|e| Recommendation {
                 time: Time(e.at),
                 replicas: e.replicas,
+            })
+            .collect()
+    };
+    let empty = memory.down.is_empty() && memory.up.is_empty() && memory.changes.is_empty();
+    (!empty).then(|| RecommendationHistory {
+        uid: uid.to_owned(),
+        target_uid: Some(target_uid.to_owned()),
+        entries: list(&memory.down),
+        scale_up_entries: list(&memory.up),
+        changes: memory
+            .changes
+            .iter()
+            .map(|c| Recommendation {
+                time: Time(c.at),
+                replicas: c.replicas,
             })
             .collect(),
     })
@@ -186,6 +243,40 @@ fn scaling_limited(decision: &Decision) -> (bool, &'static str, String) {
                     true,
                     "TooFewReplicas",
                     format!("{recommended} recommended, raised to minReplicas {min}"),
+                );
+            }
+            _ => {}
+        }
+    }
+    for reason in &decision.reasons {
+        match reason {
+            Reason::Limited(LimitReason::RateLimited {
+                direction,
+                desired,
+                written,
+                policy,
+            }) => {
+                let (reason, word) = match direction {
+                    Direction::Up => ("ScaleUpLimit", "scale-up"),
+                    Direction::Down => ("ScaleDownLimit", "scale-down"),
+                };
+                return (
+                    true,
+                    reason,
+                    format!(
+                        "{word} limited by policy {policy}: {written} now, on the way to {desired}"
+                    ),
+                );
+            }
+            Reason::Limited(LimitReason::DirectionDisabled { direction, desired }) => {
+                let (reason, field) = match direction {
+                    Direction::Up => ("ScaleUpDisabled", "scaleUp"),
+                    Direction::Down => ("ScaleDownDisabled", "scaleDown"),
+                };
+                return (
+                    true,
+                    reason,
+                    format!("{desired} recommended, but {field}.selectPolicy is Disabled"),
                 );
             }
             _ => {}
@@ -288,7 +379,9 @@ fn set_condition(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scaling::{Bounds, Input, MetricReading, ScaleDownPolicy, Signal, decide};
+    use crate::scaling::{
+        Behavior, Bounds, Input, Memory, MetricReading, Signal, TargetType, decide,
+    };
 
     fn t(s: i64) -> Timestamp {
         Timestamp::from_second(1_800_000_000 + s).unwrap()
@@ -305,14 +398,13 @@ mod tests {
                 name: "kv".into(),
                 value: Ok(value),
                 target: 1.0,
+                kind: TargetType::Value,
             }]),
             target: target.clone(),
             bounds: Bounds { min, max },
-            scale_down: ScaleDownPolicy {
-                window_seconds: 60,
-                max_step: 0,
-            },
-            history: vec![],
+            behavior: Behavior::scale_down(60, 0),
+            startup_seconds: None,
+            memory: Memory::default(),
             now: t(0),
         });
         (d, target)
@@ -333,6 +425,7 @@ mod tests {
             None,
             &scaler,
             &Outcome::Decided {
+                startup: None,
                 decision: &d,
                 target: &target,
                 target_uid: "t1",
@@ -354,15 +447,21 @@ mod tests {
         assert_eq!(condition(&s, ROLLOUT_IN_PROGRESS).status, "False");
         assert_eq!(s.current_metrics[0].value.as_deref(), Some("3"));
         assert_eq!(s.last_scale_time, Some(Time(t(0))));
-        assert_eq!(stored_history(Some(&s), "u1", "t1").len(), 1);
-        assert!(stored_history(Some(&s), "another-incarnation", "t1").is_empty());
+        assert_eq!(stored_memory(Some(&s), "u1", "t1").down.len(), 1);
         assert!(
-            stored_history(Some(&s), "u1", "a-recreated-target").is_empty(),
+            stored_memory(Some(&s), "another-incarnation", "t1")
+                .down
+                .is_empty()
+        );
+        assert!(
+            stored_memory(Some(&s), "u1", "a-recreated-target")
+                .down
+                .is_empty(),
             "a recreated target does not inherit the hold"
         );
         let mut older = s.clone();
         older.recommendation_history.as_mut().unwrap().target_uid = None;
-        assert_eq!(stored_history(Some(&older), "u1", "t1").len(), 1);
+        assert_eq!(stored_memory(Some(&older), "u1", "t1").down.len(), 1);
     }
 
     #[test]
@@ -376,6 +475,7 @@ mod tests {
             None,
             &scaler,
             &Outcome::Decided {
+                startup: None,
                 decision: &d,
                 target: &target,
                 target_uid: "t1",
@@ -385,11 +485,12 @@ mod tests {
         );
         let (d2, _) = decided(1.0, 1, 1, 5);
         let mut d2 = d2;
-        d2.history = d.history.clone();
+        d2.memory = d.memory.clone();
         let second = render(
             Some(&first),
             &scaler,
             &Outcome::Decided {
+                startup: None,
                 decision: &d2,
                 target: &target,
                 target_uid: "t1",
@@ -411,6 +512,7 @@ mod tests {
             None,
             &scaler,
             &Outcome::Decided {
+                startup: None,
                 decision: &d,
                 target: &target,
                 target_uid: "t1",

@@ -2,8 +2,10 @@
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::recommend::{SkipReason, ratio_recommendation};
-use super::stabilization::{Entry, record, stabilized};
+use super::behavior::{self, Behavior, Change, RatePolicy};
+use super::forecast::{self, Sample};
+use super::recommend::{SkipReason, TargetType, metric_need, round_up};
+use super::stabilization::{Entry, Hold, record_toward, stabilized_toward};
 use super::step::cap_scale_down;
 
 /// The name under which an absolute decision appears among the metrics (status, cache, events).
@@ -14,14 +16,6 @@ pub const DECISION_METRIC: &str = "decision";
 pub struct Bounds {
     pub min: i32,
     pub max: i32,
-}
-
-/// scaleDown's damping knobs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ScaleDownPolicy {
-    pub window_seconds: i32,
-    /// 0 = no limit.
-    pub max_step: i32,
 }
 
 /// What the target looks like right now.
@@ -41,6 +35,7 @@ pub struct MetricReading {
     pub name: String,
     pub value: Result<f64, SkipReason>,
     pub target: f64,
+    pub kind: TargetType,
 }
 
 /// Where the recommendation comes from.
@@ -52,14 +47,31 @@ pub enum Signal {
     Absolute(Result<i32, String>),
 }
 
+/// What earlier syncs left for this one: the recommendations inside each stabilization window,
+/// the changes inside the rate policies' periods, and the recent demand the trend is fitted to.
+/// Each is a pure function of the previous memory and the sync; the controller persists all but
+/// `samples` in status (a restart refits the trend over one start-up delay).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Memory {
+    /// Recommendations inside the scale-down window.
+    pub down: Vec<Entry>,
+    /// Recommendations inside the scale-up window.
+    pub up: Vec<Entry>,
+    pub changes: Vec<Change>,
+    pub samples: Vec<Sample>,
+}
+
 /// Everything one decision depends on.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Input {
     pub signal: Signal,
     pub target: TargetState,
     pub bounds: Bounds,
-    pub scale_down: ScaleDownPolicy,
-    pub history: Vec<Entry>,
+    pub behavior: Behavior,
+    /// Seconds a new pod takes to become useful (spec or learned); `None`: unknown, so nothing
+    /// is looked ahead.
+    pub startup_seconds: Option<f64>,
+    pub memory: Memory,
     pub now: Timestamp,
 }
 
@@ -87,6 +99,13 @@ pub enum DeferReason {
     NotSettled { ready: i32, spec: i32 },
 }
 
+/// A direction of change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    Up,
+    Down,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum LimitReason {
     ClampedToMin {
@@ -97,8 +116,10 @@ pub enum LimitReason {
         recommended: i32,
         max: i32,
     },
-    /// Scale-down held at the highest recommendation within the window.
+    /// Held by a stabilization window: a scale-down at the highest recommendation within the
+    /// scale-down window, a scale-up at the lowest within the scale-up window.
     Stabilized {
+        direction: Direction,
         recommended: i32,
         held_at: i32,
         window_seconds: i32,
@@ -109,6 +130,31 @@ pub enum LimitReason {
         written: i32,
         max_step: i32,
     },
+    /// A rate policy allows only `written` now on the way to `desired`.
+    RateLimited {
+        direction: Direction,
+        desired: i32,
+        written: i32,
+        policy: RatePolicy,
+    },
+    /// `selectPolicy: Disabled` forbids this direction.
+    DirectionDisabled {
+        direction: Direction,
+        desired: i32,
+    },
+}
+
+/// What the start-up awareness changed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PlanReason {
+    /// Ready pods alone would have asked for more, but pods already starting cover it.
+    StartingCounted { starting: i32 },
+    /// Sized for the demand expected when new pods are Ready, above what was measured.
+    LookedAhead {
+        measured: i32,
+        expected: i32,
+        horizon_seconds: i32,
+    },
 }
 
 /// Why a sync did what it did; status conditions and events are rendered from these.
@@ -117,22 +163,24 @@ pub enum Reason {
     Held(HoldReason),
     Deferred(DeferReason),
     Limited(LimitReason),
+    Planned(PlanReason),
 }
 
 /// The outcome of one sync: every number and every reason.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
-    /// The largest per-metric (or the absolute) recommendation, before any rail; `None` when
-    /// nothing could be measured.
+    /// The recommendation before any rail (bounds, windows, rates); `None` when nothing could be
+    /// measured.
     pub recommendation: Option<i32>,
-    /// Destination after clamping and stabilization, before the step cap (status.desiredReplicas).
+    /// Destination after clamping and stabilization, before rate policies and the step cap
+    /// (status.desiredReplicas).
     pub desired: i32,
     /// spec.replicas to write now; `None` leaves the target untouched.
     pub write: Option<i32>,
     pub reasons: Vec<Reason>,
     pub metrics: Vec<MetricOutcome>,
-    /// Stabilization history to persist.
-    pub history: Vec<Entry>,
+    /// What to remember for the next sync.
+    pub memory: Memory,
 }
 
 impl Decision {
@@ -143,77 +191,152 @@ impl Decision {
     }
 }
 
+/// The demand of this sync in replicas: the largest per-metric need, each metric's outcome, and
+/// whether it came from the ratio (looked ahead and toleranced) or is an absolute count.
+struct Measured {
+    need: Option<f64>,
+    ratio: bool,
+    metrics: Vec<MetricOutcome>,
+    hold: Option<HoldReason>,
+}
+
+fn measure(signal: &Signal, ready: i32) -> Measured {
+    match signal {
+        Signal::Ratio(readings) => {
+            let needs: Vec<Result<f64, SkipReason>> = readings
+                .iter()
+                .map(|r| {
+                    r.value
+                        .clone()
+                        .and_then(|v| metric_need(r.kind, ready, v, r.target))
+                })
+                .collect();
+            let metrics = readings
+                .iter()
+                .zip(&needs)
+                .map(|(r, need)| MetricOutcome {
+                    name: r.name.clone(),
+                    value: r.value.as_ref().ok().copied(),
+                    recommendation: need.clone().map(round_up),
+                })
+                .collect();
+            let need = needs
+                .iter()
+                .filter_map(|n| n.as_ref().ok().copied())
+                .reduce(f64::max);
+            Measured {
+                need,
+                ratio: true,
+                metrics,
+                hold: need.is_none().then_some(HoldReason::NoUsableMetric),
+            }
+        }
+        Signal::Absolute(Ok(count)) if *count >= 0 => Measured {
+            need: Some(f64::from(*count)),
+            ratio: false,
+            metrics: vec![MetricOutcome {
+                name: DECISION_METRIC.to_owned(),
+                value: Some(f64::from(*count)),
+                recommendation: Ok(*count),
+            }],
+            hold: None,
+        },
+        Signal::Absolute(result) => {
+            let why = match result {
+                Ok(count) => format!("the decision is a negative replica count ({count})"),
+                Err(why) => why.clone(),
+            };
+            Measured {
+                need: None,
+                ratio: false,
+                metrics: vec![MetricOutcome {
+                    name: DECISION_METRIC.to_owned(),
+                    value: None,
+                    recommendation: Err(SkipReason::Unavailable(why.clone())),
+                }],
+                hold: Some(HoldReason::SignalUnavailable(why)),
+            }
+        }
+    }
+}
+
+/// The ratio's recommendation made start-up aware: sized for the demand one start-up delay
+/// ahead when that is higher (never lower), compared with the replicas already asked for
+/// (starting pods are capacity on its way), and left alone inside the tolerance.
+fn plan(need: f64, input: &Input, reasons: &mut Vec<Reason>) -> i32 {
+    let current = input.target.spec_replicas;
+    let ready = input.target.ready_replicas;
+    let horizon = input.startup_seconds.unwrap_or(0.0);
+    let expected = forecast::look_ahead(&input.memory.samples, need, input.now, horizon);
+    let up_need = expected.unwrap_or(need);
+    let measured = round_up(need);
+    if current <= 0 {
+        return round_up(up_need);
+    }
+    let current_f = f64::from(current);
+    let up_tolerance = input.behavior.up.tolerance.max(0.0);
+    let down_tolerance = input.behavior.down.tolerance.max(0.0);
+    // The measurement decides whether to scale up; the forecast only sizes the step, so noise
+    // in the trend never starts a scale-up on its own.
+    let recommendation = if need > current_f * (1.0 + up_tolerance) {
+        round_up(up_need)
+    } else if need < current_f * (1.0 - down_tolerance) {
+        measured
+    } else {
+        current
+    };
+    if recommendation > current && recommendation > measured {
+        reasons.push(Reason::Planned(PlanReason::LookedAhead {
+            measured,
+            expected: recommendation,
+            horizon_seconds: horizon.round() as i32,
+        }));
+    }
+    if recommendation <= current && ready < current && round_up(up_need) > ready {
+        reasons.push(Reason::Planned(PlanReason::StartingCounted {
+            starting: current - ready,
+        }));
+    }
+    recommendation
+}
+
 /// Decides one sync.
 pub fn decide(input: &Input) -> Decision {
     let Input {
         signal,
         target,
         bounds,
-        scale_down,
-        history,
+        behavior,
+        startup_seconds,
+        memory,
         now,
     } = input;
     let current = target.spec_replicas;
     let mut reasons = Vec::new();
 
-    let (recommendation, metrics) = match signal {
-        Signal::Ratio(readings) => {
-            let metrics: Vec<MetricOutcome> = readings
-                .iter()
-                .map(|r| MetricOutcome {
-                    name: r.name.clone(),
-                    value: r.value.as_ref().ok().copied(),
-                    recommendation: r
-                        .value
-                        .clone()
-                        .and_then(|v| ratio_recommendation(target.ready_replicas, v, r.target)),
-                })
-                .collect();
-            let best = metrics
-                .iter()
-                .filter_map(|m| m.recommendation.as_ref().ok().copied())
-                .max();
-            if best.is_none() {
-                reasons.push(Reason::Held(HoldReason::NoUsableMetric));
-            }
-            (best, metrics)
-        }
-        Signal::Absolute(Ok(count)) if *count >= 0 => {
-            let outcome = MetricOutcome {
-                name: DECISION_METRIC.to_owned(),
-                value: Some(f64::from(*count)),
-                recommendation: Ok(*count),
-            };
-            (Some(*count), vec![outcome])
-        }
-        Signal::Absolute(result) => {
-            let why = match result {
-                Ok(count) => format!("the decision is a negative replica count ({count})"),
-                Err(why) => why.clone(),
-            };
-            reasons.push(Reason::Held(HoldReason::SignalUnavailable(why.clone())));
-            let outcome = MetricOutcome {
-                name: DECISION_METRIC.to_owned(),
-                value: None,
-                recommendation: Err(SkipReason::Unavailable(why)),
-            };
-            (None, vec![outcome])
-        }
-    };
-
-    let Some(recommended) = recommendation else {
+    let measured = measure(signal, target.ready_replicas);
+    if let Some(hold) = measured.hold {
+        reasons.push(Reason::Held(hold));
+    }
+    let Some(need) = measured.need else {
         // Nothing measurable: hold, and remember nothing new.
         return Decision {
-            recommendation,
+            recommendation: None,
             desired: current,
             write: None,
             reasons,
-            metrics,
-            history: history.clone(),
+            metrics: measured.metrics,
+            memory: memory.clone(),
         };
     };
+    let recommended = if measured.ratio {
+        plan(need, input, &mut reasons)
+    } else {
+        round_up(need)
+    };
 
-    let clamped = recommended.clamp(bounds.min.min(bounds.max), bounds.max);
+    let (low, high) = (bounds.min.min(bounds.max), bounds.max);
+    let clamped = recommended.clamp(low, high);
     if recommended < clamped {
         reasons.push(Reason::Limited(LimitReason::ClampedToMin {
             recommended,
@@ -226,24 +349,74 @@ pub fn decide(input: &Input) -> Decision {
         }));
     }
 
-    // History recorded under an older, higher maxReplicas must not hold the fleet above today's.
-    let desired = stabilized(clamped, current, history, scale_down.window_seconds, *now)
-        .min(bounds.max.max(clamped));
-    if desired > clamped {
+    // A window with no history yet starts from the count found (the HPA's initial
+    // recommendation): a new scaler does not shrink the fleet before one window has passed.
+    let seeded = |history: &[Entry], window: i32| -> Vec<Entry> {
+        if history.is_empty() && window > 0 {
+            vec![Entry {
+                at: *now,
+                replicas: current,
+            }]
+        } else {
+            history.to_vec()
+        }
+    };
+    let down_history = seeded(&memory.down, behavior.down.window_seconds);
+    let up_history = seeded(&memory.up, behavior.up.window_seconds);
+    let held_down = stabilized_toward(
+        Hold::Highest,
+        clamped,
+        current,
+        &down_history,
+        behavior.down.window_seconds,
+        *now,
+    );
+    let held = stabilized_toward(
+        Hold::Lowest,
+        held_down,
+        current,
+        &up_history,
+        behavior.up.window_seconds,
+        *now,
+    );
+    // History recorded under other bounds must not hold the fleet outside today's.
+    let desired = held.clamp(low, high.max(clamped));
+    if desired != clamped {
+        let (direction, window_seconds) = if desired > clamped {
+            (Direction::Down, behavior.down.window_seconds)
+        } else {
+            (Direction::Up, behavior.up.window_seconds)
+        };
         reasons.push(Reason::Limited(LimitReason::Stabilized {
+            direction,
             recommended: clamped,
             held_at: desired,
-            window_seconds: scale_down.window_seconds,
+            window_seconds,
         }));
     }
-    let mut new_history = record(
-        history,
-        Entry {
-            at: *now,
-            replicas: clamped,
+    let entry = Entry {
+        at: *now,
+        replicas: clamped,
+    };
+    let mut next = Memory {
+        down: record_toward(
+            Hold::Highest,
+            &down_history,
+            entry,
+            behavior.down.window_seconds,
+        ),
+        up: record_toward(Hold::Lowest, &up_history, entry, behavior.up.window_seconds),
+        changes: memory.changes.clone(),
+        samples: if measured.ratio {
+            forecast::remember(
+                &memory.samples,
+                Sample { at: *now, need },
+                startup_seconds.unwrap_or(0.0),
+            )
+        } else {
+            Vec::new()
         },
-        scale_down.window_seconds,
-    );
+    };
 
     let mut write = None;
     if desired != current {
@@ -255,40 +428,97 @@ pub fn decide(input: &Input) -> Decision {
                 spec: current,
             }));
         } else {
-            let step = cap_scale_down(current, desired, scale_down.max_step);
-            if step != desired {
-                reasons.push(Reason::Limited(LimitReason::StepCapped {
-                    desired,
-                    written: step,
-                    max_step: scale_down.max_step,
-                }));
-            }
-            write = Some(step);
+            write = rate_limited(
+                current,
+                desired,
+                behavior,
+                &memory.changes,
+                *now,
+                &mut reasons,
+            );
         }
     }
 
-    if let Some(written) = write
-        && written < current
-    {
-        // The window restarts at the new count: the next step down waits a full window.
-        new_history = record(
-            &[],
-            Entry {
-                at: *now,
-                replicas: written,
-            },
-            scale_down.window_seconds,
-        );
+    if let Some(written) = write {
+        next.changes = behavior::remember(&memory.changes, behavior, current, written, *now);
+        if written < current {
+            // The window restarts at the new count: the next step down waits a full window.
+            next.down = record_toward(
+                Hold::Highest,
+                &[],
+                Entry {
+                    at: *now,
+                    replicas: written,
+                },
+                behavior.down.window_seconds,
+            );
+        }
     }
 
     Decision {
-        recommendation,
+        recommendation: Some(recommended),
         desired,
         write,
         reasons,
-        metrics,
-        history: new_history,
+        metrics: measured.metrics,
+        memory: next,
     }
+}
+
+/// The count to write now on the way from `current` to `desired` under the rate policies and the
+/// step cap; `None` when the direction is disabled.
+fn rate_limited(
+    current: i32,
+    desired: i32,
+    behavior: &Behavior,
+    changes: &[Change],
+    now: Timestamp,
+    reasons: &mut Vec<Reason>,
+) -> Option<i32> {
+    let (direction, rules) = if desired > current {
+        (Direction::Up, &behavior.up)
+    } else {
+        (Direction::Down, &behavior.down)
+    };
+    if rules.select == behavior::Select::Disabled {
+        reasons.push(Reason::Limited(LimitReason::DirectionDisabled {
+            direction,
+            desired,
+        }));
+        return None;
+    }
+    let (allowed, policy) = match direction {
+        Direction::Up => {
+            let (limit, policy) = behavior::scale_up_limit(current, rules, changes, now);
+            (desired.min(limit), policy)
+        }
+        Direction::Down => {
+            let (limit, policy) = behavior::scale_down_limit(current, rules, changes, now);
+            (desired.max(limit), policy)
+        }
+    };
+    if allowed != desired
+        && let Some(policy) = policy
+    {
+        reasons.push(Reason::Limited(LimitReason::RateLimited {
+            direction,
+            desired,
+            written: allowed,
+            policy,
+        }));
+    }
+    if allowed == current {
+        return None;
+    }
+    let step = cap_scale_down(current, allowed, behavior.max_step);
+    if step != allowed {
+        reasons.push(Reason::Limited(LimitReason::StepCapped {
+            desired,
+            written: step,
+            max_step: behavior.max_step,
+        }));
+    }
+    Some(step)
 }
 
 #[cfg(test)]
@@ -304,6 +534,7 @@ mod tests {
             name: name.to_owned(),
             value: Ok(value),
             target,
+            kind: TargetType::Value,
         }
     }
 
@@ -312,6 +543,7 @@ mod tests {
             name: name.to_owned(),
             value: Err(SkipReason::Unavailable(why.to_owned())),
             target: 1.0,
+            kind: TargetType::Value,
         }
     }
 
@@ -328,8 +560,9 @@ mod tests {
             signal,
             target,
             bounds: Bounds { min, max },
-            scale_down: ScaleDownPolicy::default(),
-            history: Vec::new(),
+            behavior: Behavior::unlimited(),
+            startup_seconds: None,
+            memory: Memory::default(),
             now: t(0),
         }
     }
@@ -357,6 +590,7 @@ mod tests {
                 name: "p99".into(),
                 value: Ok(f64::NAN),
                 target: 2.0,
+                kind: TargetType::Value,
             },
             metric("queue", 30.0, 10.0),
         ];
@@ -507,15 +741,9 @@ mod tests {
     }
 
     /// Runs syncs every `period` seconds with a fixed metric, the fleet settling instantly.
-    fn walk(
-        start: i32,
-        value: f64,
-        policy: ScaleDownPolicy,
-        period: i64,
-        until: i64,
-    ) -> Vec<(i64, i32)> {
+    fn walk(start: i32, value: f64, policy: Behavior, period: i64, until: i64) -> Vec<(i64, i32)> {
         let mut spec = start;
-        let mut history = Vec::new();
+        let mut history = Memory::default();
         let mut writes = Vec::new();
         let mut now = 0;
         while now <= until {
@@ -523,15 +751,16 @@ mod tests {
                 signal: Signal::Ratio(vec![metric("q", value, 1.0)]),
                 target: settled(spec),
                 bounds: Bounds { min: 1, max: 10 },
-                scale_down: policy,
-                history: history.clone(),
+                behavior: policy.clone(),
+                startup_seconds: None,
+                memory: history.clone(),
                 now: t(now),
             });
             if let Some(w) = d.write {
                 writes.push((now, w));
                 spec = w;
             }
-            history = d.history;
+            history = d.memory;
             now += period;
         }
         writes
@@ -539,27 +768,9 @@ mod tests {
 
     #[test]
     fn without_a_window_the_cap_walks_down_one_step_per_sync() {
-        let writes = walk(
-            5,
-            0.0,
-            ScaleDownPolicy {
-                window_seconds: 0,
-                max_step: 2,
-            },
-            15,
-            60,
-        );
+        let writes = walk(5, 0.0, Behavior::scale_down(0, 2), 15, 60);
         assert_eq!(writes, vec![(0, 3), (15, 1)]);
-        let writes = walk(
-            10,
-            0.0,
-            ScaleDownPolicy {
-                window_seconds: 0,
-                max_step: 2,
-            },
-            15,
-            120,
-        );
+        let writes = walk(10, 0.0, Behavior::scale_down(0, 2), 15, 120);
         assert_eq!(
             writes.iter().map(|w| w.1).collect::<Vec<_>>(),
             [8, 6, 4, 2, 1]
@@ -568,46 +779,37 @@ mod tests {
 
     #[test]
     fn with_a_window_each_step_down_waits_a_full_window() {
-        // Window 300 s, cap 2, settled at 5, metric 0: 5 -> 3 at once, then 3 until a window
-        // after the first sync that recommended fewer (15 s).
-        let writes = walk(
-            5,
-            0.0,
-            ScaleDownPolicy {
-                window_seconds: 300,
-                max_step: 2,
-            },
-            15,
-            700,
-        );
-        assert_eq!(writes, vec![(0, 3), (315, 1)]);
+        // Window 300 s, cap 2, settled at 5, metric 0. A new scaler takes the count it finds as
+        // its first recommendation, so 5 holds for a window; then 5 -> 3, and 3 until a window
+        // after the first sync that recommended fewer than 3 (315 s).
+        let writes = walk(5, 0.0, Behavior::scale_down(300, 2), 15, 700);
+        assert_eq!(writes, vec![(300, 3), (615, 1)]);
     }
 
     #[test]
     fn stabilization_pins_the_fleet_then_releases_it() {
         // 8 recommended at 0; from 15 on the metric says 2. The 8 counts until the sync that
         // replaced it, so the fleet is held until a window after 15.
-        let policy = ScaleDownPolicy {
-            window_seconds: 180,
-            max_step: 0,
-        };
+        let policy = Behavior::scale_down(180, 0);
         let high = decide(&Input {
             signal: Signal::Ratio(vec![metric("q", 1.0, 1.0)]),
             target: settled(8),
             bounds: Bounds { min: 1, max: 10 },
-            scale_down: policy,
-            history: Vec::new(),
+            behavior: policy.clone(),
+            startup_seconds: None,
+            memory: Memory::default(),
             now: t(0),
         });
         assert_eq!(high.write, None);
-        let mut history = high.history;
+        let mut history = high.memory;
         for now in (15..=180).step_by(15) {
             let d = decide(&Input {
                 signal: Signal::Ratio(vec![metric("q", 0.25, 1.0)]),
                 target: settled(8),
                 bounds: Bounds { min: 1, max: 10 },
-                scale_down: policy,
-                history: history.clone(),
+                behavior: policy.clone(),
+                startup_seconds: None,
+                memory: history.clone(),
                 now: t(now),
             });
             assert_eq!((d.desired, d.write), (8, None), "held at {now}s");
@@ -615,14 +817,15 @@ mod tests {
                 r,
                 Reason::Limited(LimitReason::Stabilized { held_at: 8, .. })
             )));
-            history = d.history;
+            history = d.memory;
         }
         let released = decide(&Input {
             signal: Signal::Ratio(vec![metric("q", 0.25, 1.0)]),
             target: settled(8),
             bounds: Bounds { min: 1, max: 10 },
-            scale_down: policy,
-            history,
+            behavior: policy.clone(),
+            startup_seconds: None,
+            memory: history,
             now: t(195),
         });
         assert_eq!(released.write, Some(2));
@@ -652,13 +855,161 @@ mod tests {
     #[test]
     fn a_lowered_max_replicas_caps_the_stabilized_hold() {
         let mut i = input(Signal::Ratio(vec![metric("q", 0.0, 1.0)]), settled(8), 0, 3);
-        i.scale_down.window_seconds = 300;
-        i.history = vec![Entry {
+        i.behavior.down.window_seconds = 300;
+        i.memory.down = vec![Entry {
             at: t(-10),
             replicas: 8,
         }];
         let d = decide(&i);
         assert_eq!((d.desired, d.write), (3, Some(3)));
+    }
+
+    #[test]
+    fn a_total_is_divided_by_the_target_whatever_is_ready() {
+        for ready in [0, 2, 9] {
+            let d = decide(&input(
+                Signal::Ratio(vec![MetricReading {
+                    kind: TargetType::AverageValue,
+                    ..metric("in-flight", 96.0, 16.0)
+                }]),
+                TargetState {
+                    spec_replicas: 9,
+                    ready_replicas: ready,
+                    rollout: None,
+                },
+                1,
+                20,
+            ));
+            assert_eq!(d.recommendation, Some(6), "ready {ready}");
+        }
+    }
+
+    #[test]
+    fn pods_starting_are_counted_as_capacity() {
+        // 4 asked for, 2 Ready and loaded at 1.5× target: ready alone would ask for 3, but 4
+        // are coming.
+        let d = decide(&input(
+            Signal::Ratio(vec![metric("q", 1.5, 1.0)]),
+            TargetState {
+                spec_replicas: 4,
+                ready_replicas: 2,
+                rollout: None,
+            },
+            1,
+            10,
+        ));
+        assert_eq!(d.write, None);
+        assert!(
+            d.reasons
+                .contains(&Reason::Planned(PlanReason::StartingCounted {
+                    starting: 2
+                }))
+        );
+    }
+
+    #[test]
+    fn a_rising_demand_sizes_the_scale_up_one_start_up_ahead() {
+        // Need rising by 1 replica a minute for 6 minutes, measured 12 against 10 replicas;
+        // with a 180 s start-up the step is sized for 15.
+        let mut i = input(
+            Signal::Ratio(vec![metric("q", 1.2, 1.0)]),
+            settled(10),
+            1,
+            40,
+        );
+        i.now = t(360);
+        i.startup_seconds = Some(180.0);
+        i.memory.samples = (0..24)
+            .map(|k| Sample {
+                at: t(k * 15),
+                need: 6.0 + k as f64 * 0.25,
+            })
+            .collect();
+        let d = decide(&i);
+        assert_eq!(d.write, Some(15));
+        assert!(
+            d.reasons
+                .contains(&Reason::Planned(PlanReason::LookedAhead {
+                    measured: 12,
+                    expected: 15,
+                    horizon_seconds: 180
+                }))
+        );
+        // The same history with a measurement inside the tolerance: the trend alone never
+        // starts a scale-up.
+        i.behavior.up.tolerance = 0.25;
+        assert_eq!(decide(&i).write, None);
+    }
+
+    #[test]
+    fn rate_policies_pace_a_scale_up_and_say_which() {
+        let mut i = input(
+            Signal::Ratio(vec![metric("q", 5.0, 1.0)]),
+            settled(4),
+            1,
+            40,
+        );
+        i.behavior.up.policies = vec![RatePolicy {
+            kind: crate::scaling::PolicyKind::Pods,
+            value: 4,
+            period_seconds: 60,
+        }];
+        let d = decide(&i);
+        assert_eq!((d.desired, d.write), (20, Some(8)));
+        assert!(d.reasons.iter().any(|r| matches!(
+            r,
+            Reason::Limited(LimitReason::RateLimited {
+                direction: Direction::Up,
+                written: 8,
+                ..
+            })
+        )));
+        // 30 s later the 4 added count against the same minute: no more.
+        i.target = settled(8);
+        i.memory = d.memory;
+        i.now = t(30);
+        assert_eq!(decide(&i).write, None);
+        i.now = t(60);
+        assert_eq!(decide(&i).write, Some(12));
+    }
+
+    #[test]
+    fn a_disabled_direction_writes_nothing() {
+        let mut i = input(
+            Signal::Ratio(vec![metric("q", 0.1, 1.0)]),
+            settled(8),
+            1,
+            40,
+        );
+        i.behavior.down.select = crate::scaling::Select::Disabled;
+        let d = decide(&i);
+        assert_eq!(d.write, None);
+        assert!(
+            d.reasons
+                .contains(&Reason::Limited(LimitReason::DirectionDisabled {
+                    direction: Direction::Down,
+                    desired: 1
+                }))
+        );
+    }
+
+    #[test]
+    fn a_scale_up_window_waits_for_a_lasting_rise() {
+        let mut i = input(
+            Signal::Ratio(vec![metric("q", 2.0, 1.0)]),
+            settled(4),
+            1,
+            40,
+        );
+        i.behavior.up.window_seconds = 60;
+        let first = decide(&i);
+        assert_eq!(
+            first.write, None,
+            "a new scaler starts from the count it finds"
+        );
+        i.memory = first.memory;
+        i.now = t(60);
+        assert_eq!(decide(&i).write, Some(8));
     }
 
     #[test]
@@ -669,7 +1020,7 @@ mod tests {
             1,
             10,
         );
-        i.scale_down.max_step = 2;
+        i.behavior.max_step = 2;
         let d = decide(&i);
         assert_eq!((d.desired, d.write), (1, Some(8)));
         assert_eq!(d.removed(&i.target), 2);
@@ -679,23 +1030,74 @@ mod tests {
 #[cfg(test)]
 mod properties {
     use super::*;
+    use crate::scaling::behavior::{PolicyKind, Rules, Select};
     use proptest::prelude::*;
+
+    fn t(seconds: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + seconds).unwrap()
+    }
+
+    fn any_rules() -> impl Strategy<Value = Rules> {
+        (
+            0..600i32,
+            prop_oneof![Just(0.0), Just(0.1), 0.0..0.5f64],
+            proptest::collection::vec((any::<bool>(), 1..200i32, 1..600i32), 0..3),
+            prop_oneof![Just(Select::Max), Just(Select::Min), Just(Select::Disabled)],
+        )
+            .prop_map(|(window_seconds, tolerance, policies, select)| Rules {
+                window_seconds,
+                tolerance,
+                policies: policies
+                    .into_iter()
+                    .map(|(pods, value, period_seconds)| RatePolicy {
+                        kind: if pods {
+                            PolicyKind::Pods
+                        } else {
+                            PolicyKind::Percent
+                        },
+                        value,
+                        period_seconds,
+                    })
+                    .collect(),
+                select,
+            })
+    }
+
+    fn entries(raw: Vec<(i64, i32)>) -> Vec<Entry> {
+        let mut h: Vec<Entry> = raw
+            .into_iter()
+            .map(|(s, r)| Entry {
+                at: t(s),
+                replicas: r,
+            })
+            .collect();
+        h.sort_by_key(|e| e.at);
+        h
+    }
 
     fn any_input() -> impl Strategy<Value = Input> {
         (
-            0..50i32,
-            0..50i32,
-            0..60i32,
-            0..60i32,
+            (0..50i32, 0..50i32, 0..60i32, 0..60i32),
             proptest::collection::vec(prop_oneof![Just(f64::NAN), 0.0..1e4f64, Just(1e300)], 0..4),
-            0.01..100f64,
-            0..600i32,
-            0..5i32,
-            proptest::collection::vec((0..600i64, 0..60i32), 0..10),
-            any::<bool>(),
+            (0.01..100f64, any::<bool>()),
+            (any_rules(), any_rules(), 0..5i32),
+            (
+                proptest::collection::vec((0..600i64, 0..60i32), 0..10),
+                proptest::collection::vec((0..600i64, 0..60i32), 0..10),
+                proptest::collection::vec((0..600i64, -20..20i32), 0..10),
+                proptest::collection::vec((0..600i64, 0.0..100f64), 0..30),
+            ),
+            (any::<bool>(), proptest::option::of(0.0..600f64)),
         )
             .prop_map(
-                |(min, span, spec, ready, values, target, window, step, hist, rollout)| Input {
+                |(
+                    (min, span, spec, ready),
+                    values,
+                    (target, total),
+                    (up, down, max_step),
+                    (down_h, up_h, changes, samples),
+                    (rollout, startup_seconds),
+                )| Input {
                     signal: Signal::Ratio(
                         values
                             .into_iter()
@@ -703,6 +1105,11 @@ mod properties {
                                 name: "m".into(),
                                 value: Ok(v),
                                 target,
+                                kind: if total {
+                                    TargetType::AverageValue
+                                } else {
+                                    TargetType::Value
+                                },
                             })
                             .collect(),
                     ),
@@ -715,38 +1122,42 @@ mod properties {
                         min,
                         max: min + span,
                     },
-                    scale_down: ScaleDownPolicy {
-                        window_seconds: window,
-                        max_step: step,
-                    },
-                    history: {
-                        let mut h: Vec<Entry> = hist
+                    behavior: Behavior { up, down, max_step },
+                    startup_seconds,
+                    memory: Memory {
+                        down: entries(down_h),
+                        up: entries(up_h),
+                        changes: changes
                             .into_iter()
-                            .map(|(s, r)| Entry {
-                                at: Timestamp::from_second(1_800_000_000 + s).unwrap(),
-                                replicas: r,
-                            })
-                            .collect();
-                        h.sort_by_key(|e| e.at);
-                        h
+                            .map(|(s, replicas)| Change { at: t(s), replicas })
+                            .collect(),
+                        samples: {
+                            let mut v: Vec<Sample> = samples
+                                .into_iter()
+                                .map(|(s, need)| Sample { at: t(s), need })
+                                .collect();
+                            v.sort_by_key(|s| s.at);
+                            v
+                        },
                     },
-                    now: Timestamp::from_second(1_800_000_600).unwrap(),
+                    now: t(600),
                 },
             )
     }
 
     proptest! {
         #[test]
-        fn a_written_count_is_within_bounds_or_a_capped_step_toward_them(i in any_input()) {
+        fn a_scale_up_never_passes_max_nor_a_scale_down_min(i in any_input()) {
             let d = decide(&i);
             if let Some(w) = d.write {
                 let current = i.target.spec_replicas;
-                if w < current {
+                if w > current {
+                    prop_assert!(w <= i.bounds.max, "{w} over max {}", i.bounds.max);
+                } else {
+                    prop_assert!(w >= i.bounds.min, "{w} under min {}", i.bounds.min);
                     // A scale-down never goes below the destination, which is within bounds.
                     prop_assert!(w >= d.desired);
                     prop_assert!(d.desired >= i.bounds.min && d.desired <= i.bounds.max);
-                } else {
-                    prop_assert!(w >= i.bounds.min && w <= i.bounds.max);
                 }
             }
         }
@@ -754,26 +1165,95 @@ mod properties {
         #[test]
         fn a_step_never_removes_more_than_the_cap(i in any_input()) {
             let d = decide(&i);
-            if i.scale_down.max_step > 0 {
-                prop_assert!(d.removed(&i.target) <= i.scale_down.max_step);
+            if i.behavior.max_step > 0 {
+                prop_assert!(d.removed(&i.target) <= i.behavior.max_step);
             }
         }
 
         #[test]
-        fn scale_up_is_never_delayed(i in any_input()) {
-            let d = decide(&i);
+        fn a_forecast_never_triggers_a_scale_down(i in any_input()) {
+            let with = decide(&i);
+            let without = decide(&Input {
+                memory: Memory { samples: Vec::new(), ..i.memory.clone() },
+                ..i.clone()
+            });
             let current = i.target.spec_replicas;
-            if let Some(rec) = d.recommendation {
-                let clamped = rec.clamp(i.bounds.min, i.bounds.max);
-                if clamped > current && i.target.rollout.is_none() {
-                    prop_assert_eq!(d.write, Some(clamped));
-                }
+            if let Some(w) = with.write.filter(|w| *w < current) {
+                prop_assert_eq!(without.write, Some(w));
             }
+            if let (Some(a), Some(b)) = (with.write, without.write) {
+                prop_assert!(a >= b, "the forecast lowered {b} to {a}");
+            }
+        }
+
+        #[test]
+        fn a_constant_signal_never_moves_a_settled_fleet(
+            replicas in 1..60i32,
+            per_replica in 0.01..100f64,
+            up in any_rules(),
+            down in any_rules(),
+            syncs in 1..40usize,
+        ) {
+            // Every replica carries exactly the target, sync after sync.
+            let mut memory = Memory::default();
+            for k in 0..syncs {
+                let d = decide(&Input {
+                    signal: Signal::Ratio(vec![MetricReading {
+                        name: "m".into(),
+                        value: Ok(per_replica),
+                        target: per_replica,
+                        kind: TargetType::Value,
+                    }]),
+                    target: TargetState {
+                        spec_replicas: replicas,
+                        ready_replicas: replicas,
+                        rollout: None,
+                    },
+                    bounds: Bounds { min: 1, max: 100 },
+                    behavior: Behavior { up: up.clone(), down: down.clone(), max_step: 0 },
+                    startup_seconds: Some(180.0),
+                    memory,
+                    now: t(15 * k as i64),
+                });
+                prop_assert_eq!(d.write, None, "sync {}", k);
+                memory = d.memory;
+            }
+        }
+
+        #[test]
+        fn within_the_tolerance_nothing_moves(
+            replicas in 1..60i32,
+            ratio in 0.9..1.1f64,
+        ) {
+            let d = decide(&Input {
+                signal: Signal::Ratio(vec![MetricReading {
+                    name: "m".into(),
+                    value: Ok(ratio),
+                    target: 1.0,
+                    kind: TargetType::Value,
+                }]),
+                target: TargetState { spec_replicas: replicas, ready_replicas: replicas, rollout: None },
+                bounds: Bounds { min: 1, max: 100 },
+                behavior: Behavior {
+                    up: Rules { tolerance: 0.1, ..Rules::unlimited() },
+                    down: Rules { tolerance: 0.1, ..Rules::unlimited() },
+                    max_step: 0,
+                },
+                startup_seconds: None,
+                memory: Memory::default(),
+                now: t(0),
+            });
+            prop_assert_eq!(d.write, None);
         }
 
         #[test]
         fn nothing_measurable_writes_nothing(mut i in any_input()) {
-            i.signal = Signal::Ratio(vec![MetricReading { name: "m".into(), value: Ok(f64::NAN), target: 1.0 }]);
+            i.signal = Signal::Ratio(vec![MetricReading {
+                name: "m".into(),
+                value: Ok(f64::NAN),
+                target: 1.0,
+                kind: TargetType::Value,
+            }]);
             let d = decide(&i);
             prop_assert_eq!(d.write, None);
             prop_assert_eq!(d.desired, i.target.spec_replicas);

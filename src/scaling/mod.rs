@@ -1,20 +1,29 @@
 //! The scaling decision, as pure functions of (spec, observed state, history, now).
 //!
-//! Every number of the algorithm lives here and nowhere else: the HPA ratio, the clamp, scale-down
-//! stabilization, the step cap, the rollout and settle guards. Nothing in this module performs
+//! Every number of the algorithm lives here and nowhere else: the HPA ratio, the look-ahead by one
+//! start-up delay, the tolerance, the clamp, stabilization windows, rate policies, the step cap,
+//! the rollout and settle guards, and the start-up delay learned from the target's pods. Nothing in this module performs
 //! I/O or reads a clock; the controller observes, calls [`decide`], and acts on the [`Decision`].
 
+mod behavior;
 mod decision;
+mod forecast;
 mod recommend;
 mod stabilization;
+mod startup;
 mod step;
 mod victims;
 
+pub use behavior::{Behavior, Change, MAX_CHANGES, PolicyKind, RatePolicy, Rules, Select};
 pub use decision::{
-    Bounds, DECISION_METRIC, Decision, DeferReason, HoldReason, Input, LimitReason, MetricOutcome,
-    MetricReading, Reason, ScaleDownPolicy, Signal, TargetState, decide,
+    Bounds, DECISION_METRIC, Decision, DeferReason, Direction, HoldReason, Input, LimitReason,
+    Memory, MetricOutcome, MetricReading, PlanReason, Reason, Signal, TargetState, decide,
 };
-pub use recommend::{SkipReason, ratio_recommendation};
+pub use forecast::Sample;
+pub use recommend::{SkipReason, TargetType, ratio_recommendation};
 pub use stabilization::{Entry, MAX_HISTORY, record, stabilized};
+pub use startup::{
+    Learned, MAX_STARTUP_SECONDS, effective as effective_startup, learn as learn_startup,
+};
 pub use step::cap_scale_down;
 pub use victims::{Candidate, Ranking, pick, victim_costs};

@@ -16,11 +16,44 @@ pub enum SkipReason {
     Unavailable(String),
 }
 
+/// How a metric's value relates to the replica count, in the words of an HPA's External metric
+/// target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TargetType {
+    /// The value is a per-replica level (an average over the pods): replicas =
+    /// `ceil(ready × value / target)`.
+    #[default]
+    Value,
+    /// The value is the fleet's total (a sum over the pods, or a router's queue): replicas =
+    /// `ceil(value / target)`, whatever the count of ready pods.
+    AverageValue,
+}
+
+/// The replicas one metric needs before rounding.
+pub fn metric_need(
+    kind: TargetType,
+    ready: i32,
+    value: f64,
+    target: f64,
+) -> Result<f64, SkipReason> {
+    match kind {
+        TargetType::Value => ratio_need(ready, value, target),
+        // A total is the demand itself: the one-replica baseline is exactly "divide by target".
+        TargetType::AverageValue => ratio_need(1, value, target),
+    }
+}
+
 /// `ceil(ready × value / target)`, or `ceil(value / target)` for a fleet with no ready replica
 /// (nothing to scale from, so one replica is the baseline for waking up).
 ///
 /// Saturates at `i32::MAX` instead of wrapping; the caller clamps to maxReplicas.
 pub fn ratio_recommendation(ready: i32, value: f64, target: f64) -> Result<i32, SkipReason> {
+    ratio_need(ready, value, target).map(round_up)
+}
+
+/// The replicas the demand needs before rounding: `ready × value / target` (one replica as the
+/// baseline when none is ready). Finite and non-negative, possibly huge.
+pub fn ratio_need(ready: i32, value: f64, target: f64) -> Result<f64, SkipReason> {
     if !value.is_finite() {
         return Err(SkipReason::NotFinite(value));
     }
@@ -32,7 +65,13 @@ pub fn ratio_recommendation(ready: i32, value: f64, target: f64) -> Result<i32, 
     }
     let base = f64::from(ready.max(1));
     let raw = base * (value / target);
-    Ok(saturating_ceil(snap_to_integer(raw)))
+    Ok(if raw.is_finite() { raw } else { f64::MAX })
+}
+
+/// The replica count that covers `need`: its ceiling, with float noise around an integer taken
+/// as that integer, saturating at `i32::MAX`.
+pub fn round_up(need: f64) -> i32 {
+    saturating_ceil(snap_to_integer(need))
 }
 
 /// Float noise must not add a replica: 3 × 0.7 / 0.7 can come out as 3.0000000000000004, whose

@@ -1,4 +1,5 @@
-//! Scale-down stabilization: hold the fleet at the highest recommendation of the last window.
+//! Stabilization windows: a scale-down goes no lower than the highest recommendation of its
+//! window, a scale-up no higher than the lowest of its window.
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
@@ -39,9 +40,36 @@ fn counting(
         .map(|(_, e)| e)
 }
 
+/// Which way a window holds the fleet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// The scale-down window: no lower than the highest recommendation inside it.
+    Highest,
+    /// The scale-up window: no higher than the lowest recommendation inside it.
+    Lowest,
+}
+
+impl Hold {
+    /// Whether `a` holds the fleet at least as firmly as `b` (and so outlives its use).
+    fn covers(self, a: i32, b: i32) -> bool {
+        match self {
+            Hold::Highest => a >= b,
+            Hold::Lowest => a <= b,
+        }
+    }
+
+    fn firmer(self, a: i32, b: i32) -> i32 {
+        match self {
+            Hold::Highest => a.max(b),
+            Hold::Lowest => a.min(b),
+        }
+    }
+}
+
 /// The replica count to move to for `recommendation`, given where the fleet is (`current`) and
-/// the recent recommendations. Scale-up is never delayed; scale-down stops at the highest
-/// recommendation still inside the window, and never goes above `current`.
+/// the recent recommendations. A `Highest` window only slows scale-down: it stops at the highest
+/// recommendation still inside the window, never above `current`. A `Lowest` window only slows
+/// scale-up: it stops at the lowest, never below `current`.
 pub fn stabilized(
     recommendation: i32,
     current: i32,
@@ -49,21 +77,56 @@ pub fn stabilized(
     window_seconds: i32,
     now: Timestamp,
 ) -> i32 {
-    if recommendation >= current || window_seconds <= 0 {
+    stabilized_toward(
+        Hold::Highest,
+        recommendation,
+        current,
+        history,
+        window_seconds,
+        now,
+    )
+}
+
+/// [`stabilized`] for either direction.
+pub fn stabilized_toward(
+    hold: Hold,
+    recommendation: i32,
+    current: i32,
+    history: &[Entry],
+    window_seconds: i32,
+    now: Timestamp,
+) -> i32 {
+    let moving_away = match hold {
+        Hold::Highest => recommendation < current,
+        Hold::Lowest => recommendation > current,
+    };
+    if !moving_away || window_seconds <= 0 {
         return recommendation;
     }
     let window = SignedDuration::from_secs(i64::from(window_seconds));
     let held = counting(history, window, now)
         .map(|e| e.replicas)
-        .max()
-        .unwrap_or(recommendation);
-    held.max(recommendation).min(current)
+        .fold(recommendation, |a, b| hold.firmer(a, b));
+    match hold {
+        Hold::Highest => held.min(current),
+        Hold::Lowest => held.max(current),
+    }
 }
 
 /// The history after recording `entry`: a repeat of the recommendation in force changes nothing;
 /// a new one closes it (timed now) and becomes the one in force. Expired entries and entries
 /// that can never again be the maximum are dropped, and at most [`MAX_HISTORY`] entries kept.
 pub fn record(history: &[Entry], entry: Entry, window_seconds: i32) -> Vec<Entry> {
+    record_toward(Hold::Highest, history, entry, window_seconds)
+}
+
+/// [`record`] for either direction.
+pub fn record_toward(
+    hold: Hold,
+    history: &[Entry],
+    entry: Entry,
+    window_seconds: i32,
+) -> Vec<Entry> {
     if window_seconds <= 0 {
         return Vec::new();
     }
@@ -84,26 +147,26 @@ pub fn record(history: &[Entry], entry: Entry, window_seconds: i32) -> Vec<Entry
         if i != in_force && !alive(e, window, now) {
             continue;
         }
-        // An older entry no larger than a newer one expires first, so it never decides anything.
+        // An older entry no firmer than a newer one expires first, so it never decides anything.
         while kept
             .last()
-            .is_some_and(|last| last.replicas <= e.replicas && last.at <= e.at)
+            .is_some_and(|last| hold.covers(e.replicas, last.replicas) && last.at <= e.at)
         {
             kept.pop();
         }
         kept.push(*e);
     }
     while kept.len() > MAX_HISTORY {
-        merge_closest_pair(&mut kept);
+        merge_closest_pair(hold, &mut kept);
     }
     kept
 }
 
-/// Replaces the two neighbours closest in time by the older (larger) value living until the
-/// younger one's time: the max over any later window can only stay the same or grow, so
+/// Replaces the two neighbours closest in time by the firmer (older) value living until the
+/// younger one's time: the hold over any later window can only stay the same or firm up, so
 /// compaction may hold the fleet a little longer, never release it early. The entry in force is
-/// never merged: it never expires, so a larger value merged into it would hold the fleet forever.
-fn merge_closest_pair(entries: &mut Vec<Entry>) {
+/// never merged: it never expires, so a firmer value merged into it would hold the fleet forever.
+fn merge_closest_pair(hold: Hold, entries: &mut Vec<Entry>) {
     let Some(i) = (0..entries.len().saturating_sub(2))
         .min_by_key(|&i| entries[i + 1].at.duration_since(entries[i].at))
     else {
@@ -111,7 +174,7 @@ fn merge_closest_pair(entries: &mut Vec<Entry>) {
     };
     let merged = Entry {
         at: entries[i + 1].at,
-        replicas: entries[i].replicas.max(entries[i + 1].replicas),
+        replicas: hold.firmer(entries[i].replicas, entries[i + 1].replicas),
     };
     entries[i] = merged;
     entries.remove(i + 1);
@@ -164,6 +227,34 @@ mod tests {
     fn never_holds_above_the_current_count() {
         let history = [e(0, 10)];
         assert_eq!(stabilized(2, 5, &history, 300, t(10)), 5);
+    }
+
+    #[test]
+    fn a_scale_up_window_holds_at_its_lowest() {
+        // 3 until 0, 5 until 100, 9 in force since then.
+        let history = [e(0, 3), e(100, 5), e(100, 9)];
+        assert_eq!(
+            stabilized_toward(Hold::Lowest, 12, 3, &history, 300, t(200)),
+            3
+        );
+        assert_eq!(
+            stabilized_toward(Hold::Lowest, 12, 3, &history, 300, t(350)),
+            5
+        );
+        assert_eq!(
+            stabilized_toward(Hold::Lowest, 12, 3, &history, 300, t(450)),
+            9
+        );
+        // It never slows a scale-down.
+        assert_eq!(
+            stabilized_toward(Hold::Lowest, 1, 3, &history, 300, t(200)),
+            1
+        );
+        // An older, higher entry never decides anything and is dropped.
+        assert_eq!(
+            record_toward(Hold::Lowest, &[e(0, 9), e(10, 5)], e(20, 7), 300),
+            vec![e(20, 5), e(20, 7)]
+        );
     }
 
     #[test]

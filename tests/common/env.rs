@@ -156,9 +156,20 @@ impl Env {
             "syncPeriodSeconds": 1,
             "retryPeriodSeconds": 1,
         });
-        full.as_object_mut()
-            .unwrap()
-            .extend(spec.as_object().unwrap().clone());
+        // Tests drive the mechanics one at a time: a scale-down comes at once unless they set a
+        // window (the default, 300 s, would outlast them), and a scale-up is one step unless they
+        // set rate policies (the exporter's per-replica values stay put as pods are added, so a
+        // step paced by the default policies would compound).
+        full["scaleDown"] = json!({ "stabilizationWindowSeconds": 0 });
+        full["scaleUp"] = json!({ "policies": [] });
+        for (key, value) in spec.as_object().unwrap() {
+            match (full.get_mut(key), value) {
+                (Some(Value::Object(ours)), Value::Object(theirs)) => ours.extend(theirs.clone()),
+                _ => {
+                    full[key] = value.clone();
+                }
+            }
+        }
         let scaler: LLMScaler = serde_json::from_value(json!({
             "apiVersion": "autoscaling.modelsphere.dev/v1alpha1",
             "kind": "LLMScaler",

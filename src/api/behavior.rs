@@ -1,0 +1,106 @@
+//! The spec's scaleUp / scaleDown, as the decision core's [`Behavior`]. The controller and the
+//! scaling-quality lab both go through here, so the lab judges exactly what a user's spec means.
+
+use thiserror::Error;
+
+use super::llmscaler::{LLMScalerSpec, MetricTargetType, PolicyType, ScalingPolicy, SelectPolicy};
+use crate::scaling::{Behavior, PolicyKind, RatePolicy, Rules, Select, TargetType};
+
+/// A field that admission should have refused (the object predates the rule).
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum BehaviorError {
+    #[error(
+        "{field} is {value:?}: write a quoted decimal fraction from 0 up to (not including) 1, e.g. \"0.1\" for 10%"
+    )]
+    Tolerance { field: &'static str, value: String },
+}
+
+/// The damping both directions apply, from the spec.
+pub fn behavior(spec: &LLMScalerSpec) -> Result<Behavior, BehaviorError> {
+    let up = &spec.scale_up;
+    let down = &spec.scale_down;
+    Ok(Behavior {
+        up: Rules {
+            window_seconds: up.stabilization_window_seconds,
+            tolerance: tolerance("scaleUp.tolerance", &up.tolerance)?,
+            policies: up.policies.iter().map(policy).collect(),
+            select: select(up.select_policy),
+        },
+        down: Rules {
+            window_seconds: down.stabilization_window_seconds,
+            tolerance: tolerance("scaleDown.tolerance", &down.tolerance)?,
+            policies: down.policies.iter().map(policy).collect(),
+            select: select(down.select_policy),
+        },
+        max_step: down.max_step_replicas,
+    })
+}
+
+fn tolerance(field: &'static str, raw: &str) -> Result<f64, BehaviorError> {
+    let refuse = || BehaviorError::Tolerance {
+        field,
+        value: raw.to_owned(),
+    };
+    let plain = raw == "0"
+        || raw
+            .strip_prefix('0')
+            .unwrap_or(raw)
+            .strip_prefix('.')
+            .is_some_and(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()));
+    if !plain {
+        return Err(refuse());
+    }
+    raw.parse::<f64>()
+        .ok()
+        .filter(|v| (0.0..1.0).contains(v))
+        .ok_or_else(refuse)
+}
+
+fn policy(p: &ScalingPolicy) -> RatePolicy {
+    RatePolicy {
+        kind: match p.type_ {
+            PolicyType::Pods => PolicyKind::Pods,
+            PolicyType::Percent => PolicyKind::Percent,
+        },
+        value: p.value,
+        period_seconds: p.period_seconds,
+    }
+}
+
+/// The core's form of a metric's targetType.
+pub fn target_type(t: MetricTargetType) -> TargetType {
+    match t {
+        MetricTargetType::Value => TargetType::Value,
+        MetricTargetType::AverageValue => TargetType::AverageValue,
+    }
+}
+
+fn select(s: SelectPolicy) -> Select {
+    match s {
+        SelectPolicy::Max => Select::Max,
+        SelectPolicy::Min => Select::Min,
+        SelectPolicy::Disabled => Select::Disabled,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tolerances_parse_like_the_admission_rule() {
+        for (raw, want) in [
+            ("0", Some(0.0)),
+            ("0.1", Some(0.1)),
+            (".25", Some(0.25)),
+            ("0.0", Some(0.0)),
+        ] {
+            assert_eq!(tolerance("t", raw).ok(), want, "{raw}");
+        }
+        for raw in [
+            "1", "1.0", "0.", ".", "", "-0.1", "10%", "0.1 ", "1e-1", "00.1",
+        ] {
+            assert!(tolerance("t", raw).is_err(), "{raw}");
+        }
+    }
+}
