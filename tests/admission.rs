@@ -529,6 +529,7 @@ async fn samples_and_scale_to_zero_are_accepted_with_defaults() {
     for sample in [
         "config/samples/autoscaling_v1alpha1_llmscaler.yaml",
         "config/samples/autoscaling_v1alpha1_llmscaler_customprovider.yaml",
+        "config/samples/autoscaling_v1alpha1_llmscaler_inflight.yaml",
     ] {
         let object: DynamicObject = common::read_yaml(sample);
         api.create(&PostParams::default(), &object)
@@ -546,6 +547,17 @@ async fn samples_and_scale_to_zero_are_accepted_with_defaults() {
     assert_eq!(
         prometheus.spec.scale_down.behavior,
         ScaleDownBehavior::CacheAware
+    );
+
+    let inflight = typed.get("llmscaler-inflight-sample").await.unwrap();
+    assert_eq!(
+        inflight.spec.metrics.as_ref().unwrap()[0].target_type,
+        MetricTargetType::AverageValue
+    );
+    assert_eq!(inflight.spec.scale_down.tolerance, "0.05");
+    assert_eq!(
+        inflight.spec.scale_up.tolerance, "0.1",
+        "the fields not written take their defaults"
     );
 
     let custom = typed.get("llmscaler-custom-provider-sample").await.unwrap();
