@@ -145,32 +145,7 @@ pub fn scale_up_limit(
     changes: &[Change],
     now: Timestamp,
 ) -> (i32, Option<RatePolicy>) {
-    if rules.select == Select::Disabled {
-        return (current, None);
-    }
-    let mut best: Option<(i64, RatePolicy)> = None;
-    for policy in &rules.policies {
-        let start = period_start(current, changes, now, policy.period_seconds);
-        let proposed = match policy.kind {
-            PolicyKind::Pods => start + i64::from(policy.value),
-            // Rounded up, so that a small percentage can still add a pod.
-            PolicyKind::Percent => {
-                (start as f64 * (1.0 + f64::from(policy.value) / 100.0)).ceil() as i64
-            }
-        };
-        let better = match (best, rules.select) {
-            (None, _) => true,
-            (Some((b, _)), Select::Max) => proposed > b,
-            (Some((b, _)), _) => proposed < b,
-        };
-        if better {
-            best = Some((proposed, *policy));
-        }
-    }
-    match best {
-        None => (i32::MAX, None),
-        Some((limit, policy)) => (to_i32(limit.max(i64::from(current))), Some(policy)),
-    }
+    limit(true, current, rules, changes, now)
 }
 
 /// The fewest replicas `rules` allow now, and the policy that set the limit.
@@ -180,28 +155,49 @@ pub fn scale_down_limit(
     changes: &[Change],
     now: Timestamp,
 ) -> (i32, Option<RatePolicy>) {
+    limit(false, current, rules, changes, now)
+}
+
+/// The HPA's `calculateScaleUpLimitWithScalingRules` (`up`) and its scale-down twin: each policy
+/// proposes a limit from the replicas at the start of its period; `Max` keeps the one that allows
+/// the largest change, `Min` the smallest. A limit never points the wrong way.
+fn limit(
+    up: bool,
+    current: i32,
+    rules: &Rules,
+    changes: &[Change],
+    now: Timestamp,
+) -> (i32, Option<RatePolicy>) {
     if rules.select == Select::Disabled {
         return (current, None);
     }
+    // Whether limit `a` allows a larger change than `b`.
+    let allows_more = |a: i64, b: i64| if up { a > b } else { a < b };
     let mut best: Option<(i64, RatePolicy)> = None;
     for policy in &rules.policies {
         let start = period_start(current, changes, now, policy.period_seconds);
-        let proposed = match policy.kind {
-            PolicyKind::Pods => start - i64::from(policy.value),
+        let fraction = f64::from(policy.value) / 100.0;
+        let proposed = match (up, policy.kind) {
+            (true, PolicyKind::Pods) => start + i64::from(policy.value),
+            // Rounded up, so that a small percentage can still add a pod.
+            (true, PolicyKind::Percent) => (start as f64 * (1.0 + fraction)).ceil() as i64,
+            (false, PolicyKind::Pods) => start - i64::from(policy.value),
             // Truncated, as the HPA does.
-            PolicyKind::Percent => (start as f64 * (1.0 - f64::from(policy.value) / 100.0)) as i64,
+            (false, PolicyKind::Percent) => (start as f64 * (1.0 - fraction)) as i64,
         };
-        let better = match (best, rules.select) {
-            (None, _) => true,
-            (Some((b, _)), Select::Max) => proposed < b,
-            (Some((b, _)), _) => proposed > b,
+        let better = match best {
+            None => true,
+            Some((b, _)) if rules.select == Select::Max => allows_more(proposed, b),
+            Some((b, _)) => allows_more(b, proposed),
         };
         if better {
             best = Some((proposed, *policy));
         }
     }
     match best {
+        None if up => (i32::MAX, None),
         None => (i32::MIN, None),
+        Some((limit, policy)) if up => (to_i32(limit.max(i64::from(current))), Some(policy)),
         Some((limit, policy)) => (to_i32(limit.min(i64::from(current))), Some(policy)),
     }
 }

@@ -441,8 +441,11 @@ pub fn decide(input: &Input) -> Decision {
 
     if let Some(written) = write {
         next.changes = behavior::remember(&memory.changes, behavior, current, written, *now);
-        if written < current {
-            // The window restarts at the new count: the next step down waits a full window.
+        if written < current && written > desired {
+            // A step cut short (by the step cap or a rate policy) restarts the window at the new
+            // count: the fleet walks down one step per window. A scale-down that reached its
+            // destination keeps the history, as the HPA does, so a further fall is followed as
+            // soon as the window lets it.
             next.down = record_toward(
                 Hold::Highest,
                 &[],
@@ -784,6 +787,38 @@ mod tests {
         // after the first sync that recommended fewer than 3 (315 s).
         let writes = walk(5, 0.0, Behavior::scale_down(300, 2), 15, 700);
         assert_eq!(writes, vec![(300, 3), (615, 1)]);
+    }
+
+    #[test]
+    fn a_scale_down_that_reaches_its_destination_keeps_the_history() {
+        // Window 60 s, a sync every 15 s: 8 recommended until 15, 4 until 45, then 2. The 8
+        // holds the fleet until 75, the 4 until 105; the step to 4 does not restart the window,
+        // so the step to 2 follows at 105, not a window after the write.
+        let mut memory = Memory::default();
+        let mut spec = 8;
+        let mut writes = Vec::new();
+        for now in (0..=240).step_by(15) {
+            let value = match now {
+                0 => 1.0,
+                15 | 30 => 0.5,
+                _ => 0.25,
+            };
+            let d = decide(&Input {
+                signal: Signal::Ratio(vec![metric("q", value * 8.0 / f64::from(spec), 1.0)]),
+                target: settled(spec),
+                bounds: Bounds { min: 1, max: 10 },
+                behavior: Behavior::scale_down(60, 0),
+                startup_seconds: None,
+                memory,
+                now: t(now),
+            });
+            if let Some(w) = d.write {
+                writes.push((now, w));
+                spec = w;
+            }
+            memory = d.memory;
+        }
+        assert_eq!(writes, vec![(75, 4), (105, 2)]);
     }
 
     #[test]
