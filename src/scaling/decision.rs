@@ -441,11 +441,12 @@ pub fn decide(input: &Input) -> Decision {
 
     if let Some(written) = write {
         next.changes = behavior::remember(&memory.changes, behavior, current, written, *now);
-        if written < current && written > desired {
-            // A step cut short (by the step cap or a rate policy) restarts the window at the new
-            // count: the fleet walks down one step per window. A scale-down that reached its
-            // destination keeps the history, as the HPA does, so a further fall is followed as
-            // soon as the window lets it.
+        if written < current {
+            // The window restarts at the new count: the next step down waits a full window. The
+            // HPA keeps its history instead and follows a further fall as soon as the older
+            // recommendations expire; measured in the lab, that saves 2-13% of replica-hours at
+            // the same SLO but puts the defaults behind the HPA's frontier in more cells, and it
+            // would change what an existing spec's window means.
             next.down = record_toward(
                 Hold::Highest,
                 &[],
@@ -790,10 +791,11 @@ mod tests {
     }
 
     #[test]
-    fn a_scale_down_that_reaches_its_destination_keeps_the_history() {
+    fn a_scale_down_restarts_the_window_at_the_new_count() {
         // Window 60 s, a sync every 15 s: 8 recommended until 15, 4 until 45, then 2. The 8
-        // holds the fleet until 75, the 4 until 105; the step to 4 does not restart the window,
-        // so the step to 2 follows at 105, not a window after the write.
+        // holds the fleet until 75; the step to 4 restarts the window, so the step to 2 comes a
+        // window after 2 was first recommended against 4 (90 + 60), not when the 4 recorded at
+        // 45 expires (105).
         let mut memory = Memory::default();
         let mut spec = 8;
         let mut writes = Vec::new();
@@ -818,7 +820,7 @@ mod tests {
             }
             memory = d.memory;
         }
-        assert_eq!(writes, vec![(75, 4), (105, 2)]);
+        assert_eq!(writes, vec![(75, 4), (150, 2)]);
     }
 
     #[test]
