@@ -10,6 +10,9 @@ use crate::scaling::{
     TargetState,
 };
 
+/// The reason of the event that says pods still starting were counted as capacity.
+pub const STARTING_COUNTED: &str = "StartingCounted";
+
 /// One event to publish.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Note {
@@ -145,7 +148,7 @@ pub fn decision_notes(
                 ),
             ),
             Reason::Planned(PlanReason::StartingCounted { starting }) => Note::normal(
-                "StartingCounted",
+                STARTING_COUNTED,
                 format!(
                     "{starting} {} starting counted as capacity: {target_name} stays at {}",
                     if *starting == 1 { "pod" } else { "pods" },

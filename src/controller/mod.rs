@@ -78,7 +78,8 @@ impl Drop for InFlightGuard {
 }
 
 impl Context {
-    /// True the first time it is asked about this topic for this scaler incarnation.
+    /// True the first time it is asked about this topic for this scaler incarnation (`uid`, or
+    /// `uid/qualifier` for something told once per value).
     pub fn first_time(&self, topic: &'static str, uid: &str) -> bool {
         let mut told = self
             .told
@@ -102,10 +103,12 @@ impl Context {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(uid);
+        // Keys are the uid, or the uid and a qualifier after a slash.
+        let qualified = format!("{uid}/");
         self.told
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .retain(|(_, told)| told != uid);
+            .retain(|(_, told)| told != uid && !told.starts_with(&qualified));
         self.samples
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

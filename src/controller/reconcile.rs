@@ -73,12 +73,20 @@ pub async fn reconcile(
             if ctx.leadership.may_write() {
                 write_status(&ctx, &scaler, &outcome, now).await?;
                 let mut notes = act_notes;
-                notes.extend(events::decision_notes(
-                    &scaler,
-                    &decision,
-                    &target,
-                    is_dry_run(&scaler),
-                ));
+                let uid = scaler.uid().unwrap_or_default();
+                notes.extend(
+                    events::decision_notes(&scaler, &decision, &target, is_dry_run(&scaler))
+                        .into_iter()
+                        // Told once per count asked for: while a scale-up's pods load, every
+                        // sync would otherwise patch the event's series.
+                        .filter(|n| {
+                            n.reason != events::STARTING_COUNTED
+                                || ctx.first_time(
+                                    events::STARTING_COUNTED,
+                                    &format!("{uid}/{}", target.spec_replicas),
+                                )
+                        }),
+                );
                 publish(&ctx, &scaler, &notes).await;
             }
             record(&ctx, &scaler, &namespace, &decision, &target, now);
