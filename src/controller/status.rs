@@ -543,4 +543,66 @@ mod tests {
             Time(t(0))
         );
     }
+
+    #[test]
+    fn a_rate_limited_step_names_its_policy_and_the_learned_delay_is_kept() {
+        let target = TargetState {
+            spec_replicas: 4,
+            ready_replicas: 4,
+            rollout: None,
+        };
+        let mut behavior = Behavior::unlimited();
+        behavior.up.policies = vec![crate::scaling::RatePolicy {
+            kind: crate::scaling::PolicyKind::Pods,
+            value: 4,
+            period_seconds: 60,
+        }];
+        let d = decide(&Input {
+            signal: Signal::Ratio(vec![MetricReading {
+                name: "kv".into(),
+                value: Ok(5.0),
+                target: 1.0,
+                kind: TargetType::Value,
+            }]),
+            target: target.clone(),
+            bounds: Bounds { min: 1, max: 40 },
+            behavior,
+            startup_seconds: None,
+            memory: Memory::default(),
+            now: t(0),
+        });
+        let startup = StartupStatus {
+            observed_seconds: 180,
+            samples: 3,
+            last_ready_time: Some(Time(t(-5))),
+        };
+        let s = render(
+            None,
+            &Scaler {
+                uid: "u1",
+                generation: Some(1),
+            },
+            &Outcome::Decided {
+                startup: Some(&startup),
+                decision: &d,
+                target: &target,
+                target_uid: "t1",
+                wrote: true,
+            },
+            t(0),
+        );
+        let limited = condition(&s, SCALING_LIMITED);
+        assert_eq!(
+            (limited.status.as_str(), limited.reason.as_str()),
+            ("True", "ScaleUpLimit")
+        );
+        assert_eq!(
+            limited.message,
+            "scale-up limited by policy Pods 4/60s: 8 now, on the way to 20"
+        );
+        assert_eq!(s.startup.as_ref(), Some(&startup));
+        // The change is remembered for the policy's period.
+        assert_eq!(stored_memory(Some(&s), "u1", "t1").changes.len(), 1);
+        assert_eq!(stored_startup(Some(&s)).map(|l| l.seconds), Some(180.0));
+    }
 }
