@@ -292,7 +292,8 @@ fn plan(need: f64, input: &Input, reasons: &mut Vec<Reason>) -> i32 {
             horizon_seconds: horizon.round() as i32,
         }));
     }
-    if recommendation <= current && ready < current && round_up(up_need) > ready {
+    // Held where it is only because the pods already starting cover what Ready pods alone lack.
+    if recommendation == current && ready < current && round_up(up_need) > ready {
         reasons.push(Reason::Planned(PlanReason::StartingCounted {
             starting: current - ready,
         }));
@@ -923,10 +924,10 @@ mod tests {
 
     #[test]
     fn pods_starting_are_counted_as_capacity() {
-        // 4 asked for, 2 Ready and loaded at 1.5× target: ready alone would ask for 3, but 4
-        // are coming.
+        // 4 asked for, 2 Ready and loaded at 2× target: the demand needs 4, which Ready pods
+        // alone lack, but the 2 starting pods cover it.
         let d = decide(&input(
-            Signal::Ratio(vec![metric("q", 1.5, 1.0)]),
+            Signal::Ratio(vec![metric("q", 2.0, 1.0)]),
             TargetState {
                 spec_replicas: 4,
                 ready_replicas: 2,
@@ -941,6 +942,25 @@ mod tests {
                 .contains(&Reason::Planned(PlanReason::StartingCounted {
                     starting: 2
                 }))
+        );
+        // A fall in demand while pods start is a (deferred) scale-down, not capacity counted.
+        let down = decide(&input(
+            Signal::Ratio(vec![metric("q", 1.5, 1.0)]),
+            TargetState {
+                spec_replicas: 8,
+                ready_replicas: 2,
+                rollout: None,
+            },
+            1,
+            10,
+        ));
+        assert!(
+            !down
+                .reasons
+                .iter()
+                .any(|r| matches!(r, Reason::Planned(PlanReason::StartingCounted { .. }))),
+            "{:?}",
+            down.reasons
         );
     }
 
