@@ -508,13 +508,7 @@ async fn the_stabilization_history_survives_an_operator_restart() {
     .await;
     let uid = env.scalers().get("durable").await.unwrap().uid().unwrap();
     common::eventually("the high recommendation to be persisted", WAIT, || async {
-        let history = env
-            .scalers()
-            .get("durable")
-            .await
-            .ok()?
-            .status?
-            .recommendation_history?;
+        let history = stored_history(&env, "durable").await?;
         (history.uid == uid && history.entries.iter().any(|e| e.replicas == 4)).then_some(())
     })
     .await;
@@ -548,13 +542,7 @@ async fn a_recreated_target_does_not_inherit_the_old_targets_hold() {
     .await;
     let first_uid = env.deployments().get("vllm").await.unwrap().uid().unwrap();
     common::eventually("a history recorded for the first target", WAIT, || async {
-        let history = env
-            .scalers()
-            .get("phoenix")
-            .await
-            .ok()?
-            .status?
-            .recommendation_history?;
+        let history = stored_history(&env, "phoenix").await?;
         (history.target_uid.as_deref() == Some(first_uid.as_str())).then_some(())
     })
     .await;
@@ -588,13 +576,7 @@ async fn a_recreated_target_does_not_inherit_the_old_targets_hold() {
     // (a new target, like a new scaler, is not shrunk before a window has passed), and nothing
     // recorded for the old one is kept.
     let history = common::eventually("a history recorded for the new target", WAIT, || async {
-        let history = env
-            .scalers()
-            .get("phoenix")
-            .await
-            .ok()?
-            .status?
-            .recommendation_history?;
+        let history = stored_history(&env, "phoenix").await?;
         (history.target_uid.as_deref() == Some(second_uid.as_str())).then_some(history)
     })
     .await;
@@ -887,4 +869,17 @@ async fn only_the_watched_namespaces_are_reconciled() {
     common::delete_namespace(&env.client, &other).await;
     common::delete_namespace(&env.client, &outside).await;
     env.done().await;
+}
+
+/// The scaler's recommendation history, once its status has one.
+async fn stored_history(
+    env: &Env,
+    scaler: &str,
+) -> Option<llmscaleoperator::api::RecommendationHistory> {
+    env.scalers()
+        .get(scaler)
+        .await
+        .ok()?
+        .status?
+        .recommendation_history
 }

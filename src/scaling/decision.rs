@@ -5,7 +5,7 @@ use k8s_openapi::jiff::Timestamp;
 use super::behavior::{self, Behavior, Change, RatePolicy};
 use super::forecast::{self, Sample};
 use super::recommend::{SkipReason, TargetType, metric_need, round_up};
-use super::stabilization::{Entry, Hold, record_toward, stabilized_toward};
+use super::stabilization::{Entry, Hold, record, stabilized};
 use super::step::cap_scale_down;
 
 /// The name under which an absolute decision appears among the metrics (status, cache, events).
@@ -364,7 +364,7 @@ pub fn decide(input: &Input) -> Decision {
     };
     let down_history = seeded(&memory.down, behavior.down.window_seconds);
     let up_history = seeded(&memory.up, behavior.up.window_seconds);
-    let held_down = stabilized_toward(
+    let held_down = stabilized(
         Hold::Highest,
         clamped,
         current,
@@ -372,7 +372,7 @@ pub fn decide(input: &Input) -> Decision {
         behavior.down.window_seconds,
         *now,
     );
-    let held = stabilized_toward(
+    let held = stabilized(
         Hold::Lowest,
         held_down,
         current,
@@ -400,13 +400,13 @@ pub fn decide(input: &Input) -> Decision {
         replicas: clamped,
     };
     let mut next = Memory {
-        down: record_toward(
+        down: record(
             Hold::Highest,
             &down_history,
             entry,
             behavior.down.window_seconds,
         ),
-        up: record_toward(Hold::Lowest, &up_history, entry, behavior.up.window_seconds),
+        up: record(Hold::Lowest, &up_history, entry, behavior.up.window_seconds),
         changes: memory.changes.clone(),
         samples: if measured.ratio {
             forecast::remember(
@@ -448,7 +448,7 @@ pub fn decide(input: &Input) -> Decision {
             // recommendations expire; measured in the lab, that saves 2-13% of replica-hours at
             // the same SLO but puts the defaults behind the HPA's frontier in more cells, and it
             // would change what an existing spec's window means.
-            next.down = record_toward(
+            next.down = record(
                 Hold::Highest,
                 &[],
                 Entry {

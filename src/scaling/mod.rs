@@ -21,7 +21,7 @@ pub use decision::{
 };
 pub use forecast::Sample;
 pub use recommend::{SkipReason, TargetType, ratio_recommendation};
-pub use stabilization::{Entry, MAX_HISTORY, record, stabilized};
+pub use stabilization::{Entry, MAX_HISTORY};
 pub use startup::{
     Learned, MAX_STARTUP_SECONDS, effective as effective_startup, learn as learn_startup,
 };

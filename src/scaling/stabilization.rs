@@ -71,24 +71,6 @@ impl Hold {
 /// recommendation still inside the window, never above `current`. A `Lowest` window only slows
 /// scale-up: it stops at the lowest, never below `current`.
 pub fn stabilized(
-    recommendation: i32,
-    current: i32,
-    history: &[Entry],
-    window_seconds: i32,
-    now: Timestamp,
-) -> i32 {
-    stabilized_toward(
-        Hold::Highest,
-        recommendation,
-        current,
-        history,
-        window_seconds,
-        now,
-    )
-}
-
-/// [`stabilized`] for either direction.
-pub fn stabilized_toward(
     hold: Hold,
     recommendation: i32,
     current: i32,
@@ -115,18 +97,8 @@ pub fn stabilized_toward(
 
 /// The history after recording `entry`: a repeat of the recommendation in force changes nothing;
 /// a new one closes it (timed now) and becomes the one in force. Expired entries and entries
-/// that can never again be the maximum are dropped, and at most [`MAX_HISTORY`] entries kept.
-pub fn record(history: &[Entry], entry: Entry, window_seconds: i32) -> Vec<Entry> {
-    record_toward(Hold::Highest, history, entry, window_seconds)
-}
-
-/// [`record`] for either direction.
-pub fn record_toward(
-    hold: Hold,
-    history: &[Entry],
-    entry: Entry,
-    window_seconds: i32,
-) -> Vec<Entry> {
+/// that can never again decide the hold are dropped, and at most [`MAX_HISTORY`] entries kept.
+pub fn record(hold: Hold, history: &[Entry], entry: Entry, window_seconds: i32) -> Vec<Entry> {
     if window_seconds <= 0 {
         return Vec::new();
     }
@@ -184,6 +156,21 @@ fn merge_closest_pair(hold: Hold, entries: &mut Vec<Entry>) {
 mod tests {
     use super::*;
 
+    /// The scale-down window.
+    fn down(
+        recommendation: i32,
+        current: i32,
+        history: &[Entry],
+        window: i32,
+        now: Timestamp,
+    ) -> i32 {
+        stabilized(Hold::Highest, recommendation, current, history, window, now)
+    }
+
+    fn keep(history: &[Entry], entry: Entry, window: i32) -> Vec<Entry> {
+        record(Hold::Highest, history, entry, window)
+    }
+
     fn t(seconds: i64) -> Timestamp {
         Timestamp::from_second(1_800_000_000 + seconds).unwrap()
     }
@@ -198,61 +185,49 @@ mod tests {
     #[test]
     fn scale_up_is_never_delayed() {
         let history = [e(0, 2)];
-        assert_eq!(stabilized(9, 3, &history, 300, t(10)), 9);
+        assert_eq!(down(9, 3, &history, 300, t(10)), 9);
     }
 
     #[test]
     fn scale_down_holds_at_the_window_maximum() {
         // 6 until 0, 4 until 100, 2 in force since then.
         let history = [e(0, 6), e(100, 4), e(100, 2)];
-        assert_eq!(stabilized(1, 6, &history, 300, t(200)), 6);
-        assert_eq!(stabilized(1, 6, &history, 300, t(350)), 4);
-        assert_eq!(stabilized(1, 6, &history, 300, t(450)), 2);
+        assert_eq!(down(1, 6, &history, 300, t(200)), 6);
+        assert_eq!(down(1, 6, &history, 300, t(350)), 4);
+        assert_eq!(down(1, 6, &history, 300, t(450)), 2);
     }
 
     #[test]
     fn the_recommendation_in_force_never_expires() {
         // Recommended at every sync since 0: it still counts an hour later.
-        assert_eq!(stabilized(1, 6, &[e(0, 5)], 300, t(3600)), 5);
+        assert_eq!(down(1, 6, &[e(0, 5)], 300, t(3600)), 5);
     }
 
     #[test]
     fn an_entry_exactly_window_old_has_expired() {
         let history = [e(0, 6), e(0, 1)];
-        assert_eq!(stabilized(1, 6, &history, 300, t(299)), 6);
-        assert_eq!(stabilized(1, 6, &history, 300, t(300)), 1);
+        assert_eq!(down(1, 6, &history, 300, t(299)), 6);
+        assert_eq!(down(1, 6, &history, 300, t(300)), 1);
     }
 
     #[test]
     fn never_holds_above_the_current_count() {
         let history = [e(0, 10)];
-        assert_eq!(stabilized(2, 5, &history, 300, t(10)), 5);
+        assert_eq!(down(2, 5, &history, 300, t(10)), 5);
     }
 
     #[test]
     fn a_scale_up_window_holds_at_its_lowest() {
         // 3 until 0, 5 until 100, 9 in force since then.
         let history = [e(0, 3), e(100, 5), e(100, 9)];
-        assert_eq!(
-            stabilized_toward(Hold::Lowest, 12, 3, &history, 300, t(200)),
-            3
-        );
-        assert_eq!(
-            stabilized_toward(Hold::Lowest, 12, 3, &history, 300, t(350)),
-            5
-        );
-        assert_eq!(
-            stabilized_toward(Hold::Lowest, 12, 3, &history, 300, t(450)),
-            9
-        );
+        assert_eq!(stabilized(Hold::Lowest, 12, 3, &history, 300, t(200)), 3);
+        assert_eq!(stabilized(Hold::Lowest, 12, 3, &history, 300, t(350)), 5);
+        assert_eq!(stabilized(Hold::Lowest, 12, 3, &history, 300, t(450)), 9);
         // It never slows a scale-down.
-        assert_eq!(
-            stabilized_toward(Hold::Lowest, 1, 3, &history, 300, t(200)),
-            1
-        );
+        assert_eq!(stabilized(Hold::Lowest, 1, 3, &history, 300, t(200)), 1);
         // An older, higher entry never decides anything and is dropped.
         assert_eq!(
-            record_toward(Hold::Lowest, &[e(0, 9), e(10, 5)], e(20, 7), 300),
+            record(Hold::Lowest, &[e(0, 9), e(10, 5)], e(20, 7), 300),
             vec![e(20, 5), e(20, 7)]
         );
     }
@@ -260,13 +235,13 @@ mod tests {
     #[test]
     fn window_zero_is_off() {
         let history = [e(0, 10)];
-        assert_eq!(stabilized(2, 5, &history, 0, t(1)), 2);
-        assert!(record(&history, e(1, 2), 0).is_empty());
+        assert_eq!(down(2, 5, &history, 0, t(1)), 2);
+        assert!(keep(&history, e(1, 2), 0).is_empty());
     }
 
     #[test]
     fn future_entries_count() {
-        assert_eq!(stabilized(1, 5, &[e(100, 5)], 60, t(0)), 5);
+        assert_eq!(down(1, 5, &[e(100, 5)], 60, t(0)), 5);
     }
 
     #[test]
@@ -274,19 +249,19 @@ mod tests {
         let history = [e(0, 9), e(10, 5), e(20, 7)];
         // At 305 the entry from 0 has expired; 5@10 is dominated by the younger 7, which was in
         // force until now.
-        assert_eq!(record(&history, e(305, 3), 300), vec![e(305, 7), e(305, 3)]);
+        assert_eq!(keep(&history, e(305, 3), 300), vec![e(305, 7), e(305, 3)]);
         // A new maximum dominates everything older.
-        assert_eq!(record(&history, e(30, 9), 300), vec![e(30, 9)]);
+        assert_eq!(keep(&history, e(30, 9), 300), vec![e(30, 9)]);
     }
 
     #[test]
     fn a_steady_recommendation_leaves_the_history_unchanged() {
         let history = vec![e(0, 9), e(10, 4)];
-        assert_eq!(record(&history, e(20, 4), 300), history);
-        assert_eq!(record(&history, e(299, 4), 300), history);
+        assert_eq!(keep(&history, e(20, 4), 300), history);
+        assert_eq!(keep(&history, e(299, 4), 300), history);
         // Only the expiry of the older entry changes it, once.
-        assert_eq!(record(&history, e(300, 4), 300), vec![e(10, 4)]);
-        assert_eq!(record(&[e(10, 4)], e(5000, 4), 300), vec![e(10, 4)]);
+        assert_eq!(keep(&history, e(300, 4), 300), vec![e(10, 4)]);
+        assert_eq!(keep(&[e(10, 4)], e(5000, 4), 300), vec![e(10, 4)]);
     }
 
     #[test]
@@ -295,14 +270,14 @@ mod tests {
         let mut history = Vec::new();
         // A slowly falling recommendation: every entry is a new, lower value.
         for i in 0..1000 {
-            history = record(&history, e(i * 3, 2000 - i as i32), window);
+            history = keep(&history, e(i * 3, 2000 - i as i32), window);
             assert!(history.len() <= MAX_HISTORY);
         }
         // Compare with the exact answer from the uncompacted history at later instants.
         let exact: Vec<Entry> = (0..1000).map(|i| e(i * 3, 2000 - i as i32)).collect();
         for now in [3000, 3600, 4000, 5000, 6000, 6600] {
-            let full = stabilized(0, 5000, &exact, window, t(now));
-            let compact = stabilized(0, 5000, &history, window, t(now));
+            let full = down(0, 5000, &exact, window, t(now));
+            let compact = down(0, 5000, &history, window, t(now));
             assert!(
                 compact >= full,
                 "at {now}: compacted {compact} < exact {full}"
@@ -311,7 +286,7 @@ mod tests {
         // Compaction never folds an older, larger value into the one in force.
         let last = history.last().unwrap();
         assert_eq!(last.replicas, 2000 - 999);
-        let steady = record(&history, e(9000, last.replicas), window);
-        assert_eq!(stabilized(0, 5000, &steady, window, t(9000)), last.replicas);
+        let steady = keep(&history, e(9000, last.replicas), window);
+        assert_eq!(down(0, 5000, &steady, window, t(9000)), last.replicas);
     }
 }
