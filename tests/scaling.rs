@@ -689,6 +689,27 @@ async fn preemption_is_accepted_and_reported_as_having_no_effect() {
     .await;
     env.wait_event("pre", "PreemptionIgnored", "has no effect yet")
         .await;
+    // Several syncs later (a scale-up, its pods Ready, and a sync that sees them), the notice is
+    // still one event: told once per scaler, not patched into a series at every sync.
+    env.set("kv", 3.0).await;
+    env.wait_ready("vllm", 3).await;
+    common::eventually("a sync that sees 3 ready replicas", WAIT, || async {
+        let status = env.scalers().get("pre").await.ok()?.status?;
+        (status.current_replicas == 3).then_some(())
+    })
+    .await;
+    let told: Vec<_> = env
+        .events_about("pre")
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("PreemptionIgnored"))
+        .collect();
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert!(
+        told[0].series.is_none(),
+        "repeated at every sync: {:?}",
+        told[0].series
+    );
     env.done().await;
 }
 

@@ -162,6 +162,28 @@ pub fn decision_notes(
     notes
 }
 
+/// What the spec asks for and the operator does not do, told once per scaler (the caller keeps
+/// the count).
+pub fn spec_notices(scaler: &LLMScaler) -> Vec<Note> {
+    let spec = &scaler.spec;
+    let mut notes = Vec::new();
+    if spec.metric_provider == MetricProvider::Custom
+        && spec.scale_down.deletion_cost_query.is_some()
+    {
+        notes.push(Note::normal(
+            "DeletionCostQueryIgnored",
+            "scaleDown.deletionCostQuery is PromQL and is ignored under the Custom provider; the newest pods are removed first".to_owned(),
+        ));
+    }
+    if spec.preemption.is_some() {
+        notes.push(Note::normal(
+            "PreemptionIgnored",
+            "spec.preemption is accepted but has no effect yet".to_owned(),
+        ));
+    }
+    notes
+}
+
 /// "sized for the demand expected in 180 s (9 measured)" when the look-ahead raised a scale-up.
 fn looked_ahead(decision: &Decision) -> Option<String> {
     decision.reasons.iter().find_map(|r| match r {

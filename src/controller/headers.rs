@@ -35,16 +35,6 @@ pub enum HeadersError {
     Both { name: String, secret: String },
 }
 
-impl HeadersError {
-    /// The condition and event reason.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Self::Secret { .. } => "SecretUnavailable",
-            _ => "InvalidSpec",
-        }
-    }
-}
-
 type SecretData = BTreeMap<String, ByteString>;
 
 /// Secrets read recently, by (namespace, name).
@@ -197,6 +187,9 @@ mod tests {
         assert!(!bad.to_string().contains("s3cret"), "{bad}");
         assert!(bad.to_string().contains("\"X-Token\""), "{bad}");
         let name = merge(&mut HeaderMap::new(), &data(&[("bad key", b"v")]), "auth").unwrap_err();
-        assert_eq!(name.reason(), "InvalidSpec");
+        assert_eq!(
+            crate::controller::SyncError::from(name).reason(),
+            crate::controller::FailureReason::InvalidSpec
+        );
     }
 }

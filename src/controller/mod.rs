@@ -1,5 +1,6 @@
 //! Everything that talks to the cluster on behalf of an LLMScaler.
 
+mod error;
 pub mod events;
 pub mod headers;
 mod preflight;
@@ -24,6 +25,7 @@ use crate::api::LLMScaler;
 use crate::signals::cache::{MetricCache, ScalerKey};
 use crate::telemetry::metrics::Metrics;
 
+pub use error::{FailureReason, SyncError};
 pub use preflight::{PreflightError, preflight};
 pub use reconcile::ReconcileError;
 

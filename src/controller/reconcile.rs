@@ -1,31 +1,44 @@
-//! One sync of one LLMScaler: observe, decide (pure), act, report.
+//! One sync of one LLMScaler, in three steps:
+//!
+//! 1. [`observe`], on every replica: read the target, the signal and the start-up delay, and
+//!    decide with the pure [`crate::scaling::decide`]. Any failure is one [`SyncError`].
+//! 2. The [`Writer`], on the leader only (leadership is asked once per sync, after the signal was
+//!    read): mark the victims of a scale-down, write spec.replicas, then the status and the
+//!    events, each rendered from the one outcome.
+//! 3. On every replica: the metric cache that serves the external metrics API, and the
+//!    operator's own metrics, so a standby answers what the leader would.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ApiResource, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use reqwest::header::HeaderMap;
 use serde_json::json;
 use thiserror::Error;
 
+use super::error::SyncError;
 use super::events::{self, Note};
 use super::status::{self, Outcome, Scaler};
-use super::targets::TargetLookupError;
+use super::target::Target;
 use super::{Context, scale, startup, target, victims};
 use crate::api::validation::parse_target;
-use crate::api::{LLMScaler, LLMScalerStatus, MetricProvider};
+use crate::api::{LLMScaler, LLMScalerStatus, MetricProvider, StartupStatus};
 use crate::scaling::{
-    Bounds, DECISION_METRIC, Decision, Input, MetricReading, Reason, Signal, SkipReason, decide,
-    effective_startup,
+    Bounds, DECISION_METRIC, Decision, Input, MetricReading, Reason, Signal, SkipReason,
+    TargetState, decide, effective_startup,
 };
 use crate::signals::cache::{CachedMetric, ScalerKey, ScalerSnapshot};
 use crate::signals::{decision, http, prometheus};
-use crate::telemetry::metrics::{MetricLabels, ScaleLabels, ScalerLabels, SyncLabels};
+use crate::telemetry::metrics::{
+    FailureLabels, MetricLabels, ScaleLabels, ScalerLabels, SyncLabels, SyncResult,
+};
 
+/// A failure of the controller itself, retried by kube-runtime's error policy. What the user can
+/// fix is a [`SyncError`], reported on the scaler instead.
 #[derive(Debug, Error)]
 pub enum ReconcileError {
     #[error("LLMScaler has no namespace")]
@@ -34,14 +47,8 @@ pub enum ReconcileError {
     Status(#[source] kube::Error),
 }
 
-/// Why a sync stopped before deciding; each becomes a condition reason and an event.
-struct Failure {
-    reason: &'static str,
-    message: String,
-}
-
-/// Syncs one scaler. Failures the user can fix (a missing target, an unreadable spec) are
-/// reported on the scaler and retried after retryPeriodSeconds; they are not errors here.
+/// Syncs one scaler.
+#[tracing::instrument(skip_all, fields(namespace = scaler.namespace().unwrap_or_default(), scaler = %scaler.name_any()))]
 pub async fn reconcile(
     scaler: Arc<LLMScaler>,
     ctx: Arc<Context>,
@@ -49,173 +56,97 @@ pub async fn reconcile(
     let _running = ctx.in_flight.enter();
     let started = Instant::now();
     let namespace = scaler.namespace().ok_or(ReconcileError::NoNamespace)?;
-    let name = scaler.name_any();
     let now = Timestamp::now();
 
-    let (result, action) = match sync(&scaler, &ctx, &namespace, now).await {
-        Ok(Synced {
-            decision,
-            target,
-            target_uid,
-            wrote,
-            notes: act_notes,
-            startup,
-        }) => {
-            let outcome = Outcome::Decided {
-                startup: startup.as_ref(),
-                decision: &decision,
-                target: &target,
-                target_uid: &target_uid,
-                wrote,
-            };
-            // A standby keeps its cache (and so the external metrics it serves) current, and
-            // leaves status and events to the leader.
-            if ctx.leadership.may_write() {
-                write_status(&ctx, &scaler, &outcome, now).await?;
-                let mut notes = act_notes;
-                let uid = scaler.uid().unwrap_or_default();
-                notes.extend(
-                    events::decision_notes(&scaler, &decision, &target, is_dry_run(&scaler))
-                        .into_iter()
-                        // Told once per count asked for: while a scale-up's pods load, every
-                        // sync would otherwise patch the event's series.
-                        .filter(|n| {
-                            n.reason != events::STARTING_COUNTED
-                                || ctx.first_time(
-                                    events::STARTING_COUNTED,
-                                    &format!("{uid}/{}", target.spec_replicas),
-                                )
-                        }),
-                );
-                publish(&ctx, &scaler, &notes).await;
-            }
-            record(&ctx, &scaler, &namespace, &decision, &target, now);
-            let result = sync_result(&decision, wrote);
-            (
-                result,
-                Action::requeue(period(scaler.spec.sync_period_seconds)),
-            )
-        }
-        Err(failure) => {
-            tracing::warn!(scaler = %name, namespace = %namespace, reason = failure.reason, detail = %failure.message, "sync failed");
-            // Nothing from an earlier sync stands in for this one: the external metrics API
-            // answers NotFound until a sync succeeds, and an HPA reading it holds.
-            ctx.cache.remove(&ScalerKey {
-                namespace: namespace.clone(),
-                name: name.clone(),
-            });
-            let outcome = Outcome::Failed {
-                reason: failure.reason,
-                message: failure.message.clone(),
-            };
-            if ctx.leadership.may_write() {
-                write_status(&ctx, &scaler, &outcome, now).await?;
-                let note = Note {
-                    warning: true,
-                    reason: failure.reason,
-                    message: failure.message,
-                };
-                publish(&ctx, &scaler, &[note]).await;
-            }
-            (
-                "failed",
-                Action::requeue(period(scaler.spec.retry_period_seconds)),
-            )
-        }
+    let observed = observe(&scaler, &ctx, &namespace, now).await;
+    // Asked once, after the signal was read (leadership can end while it is read).
+    let writer = Writer::if_leading(&ctx);
+    let outcome = match (observed, &writer) {
+        (Ok(observed), Some(writer)) => writer.act(&scaler, &namespace, observed).await,
+        (Ok(observed), None) => Ok(Synced::observed_only(observed)),
+        (Err(error), _) => Err(error),
     };
-    if scaler.spec.metric_provider == MetricProvider::Custom
-        && scaler.spec.scale_down.deletion_cost_query.is_some()
-        && ctx.first_time("deletion-cost-ignored", &scaler.uid().unwrap_or_default())
-    {
-        tracing::info!(scaler = %scaler.name_any(), "deletionCostQuery is PromQL and is ignored under the Custom provider");
-        let note = Note {
-            warning: false,
-            reason: "DeletionCostQueryIgnored",
-            message: "scaleDown.deletionCostQuery is PromQL and is ignored under the Custom provider; the newest pods are removed first".to_owned(),
-        };
-        publish(&ctx, &scaler, &[note]).await;
+    if let Err(error) = &outcome {
+        tracing::warn!(reason = %error.reason(), detail = %error, "sync failed");
     }
-    if scaler.spec.preemption.is_some() {
-        let note = Note {
-            warning: false,
-            reason: "PreemptionIgnored",
-            message: "spec.preemption is accepted but has no effect yet".to_owned(),
-        };
-        publish(&ctx, &scaler, &[note]).await;
+    feed_cache(&ctx, &scaler, &namespace, &outcome, now);
+    count(&ctx, &scaler, &namespace, &outcome, started);
+    if let Some(writer) = writer {
+        writer.report(&scaler, &namespace, &outcome, now).await?;
     }
-    ctx.metrics
-        .syncs
-        .get_or_create(&SyncLabels {
-            namespace,
-            scaler: name,
-            result: result.to_owned(),
-        })
-        .inc();
-    ctx.metrics
-        .sync_duration
-        .observe(started.elapsed().as_secs_f64());
-    Ok(action)
+    let period = match &outcome {
+        Ok(_) => scaler.spec.sync_period_seconds,
+        Err(_) => scaler.spec.retry_period_seconds,
+    };
+    Ok(Action::requeue(requeue_after(period)))
 }
 
-/// What a sync that reached a decision did.
-struct Synced {
+/// What the observe step read and decided.
+struct Observed {
     decision: Decision,
-    target: crate::scaling::TargetState,
+    target: TargetState,
+    /// metadata.uid of the target object read.
     target_uid: String,
+    /// How to write the target, and what the victim selection needs of it.
+    resource: ApiResource,
+    object: Arc<Target>,
+    /// The resolved serverHeaders, for the deletion-cost query.
+    headers: HeaderMap,
+    startup: Option<StartupStatus>,
+}
+
+/// A sync that reached a decision, and what it wrote.
+struct Synced {
+    observed: Observed,
     wrote: bool,
     /// Events of the act step (victim marks), published with the decision's own.
     notes: Vec<Note>,
-    startup: Option<crate::api::StartupStatus>,
 }
 
-/// Observe, decide, act.
-async fn sync(
+impl Synced {
+    /// A standby's or a dry run's sync: decided, nothing written.
+    fn observed_only(observed: Observed) -> Self {
+        Self {
+            observed,
+            wrote: false,
+            notes: Vec::new(),
+        }
+    }
+
+    fn result(&self) -> SyncResult {
+        let reasons = &self.observed.decision.reasons;
+        if self.wrote {
+            SyncResult::Scaled
+        } else if reasons.iter().any(|r| matches!(r, Reason::Held(_))) {
+            SyncResult::Held
+        } else if reasons.iter().any(|r| matches!(r, Reason::Deferred(_))) {
+            SyncResult::Deferred
+        } else {
+            SyncResult::Unchanged
+        }
+    }
+}
+
+/// Reads the target and the signal and decides. Writes nothing to the cluster.
+async fn observe(
     scaler: &LLMScaler,
     ctx: &Context,
     namespace: &str,
     now: Timestamp,
-) -> Result<Synced, Failure> {
+) -> Result<Observed, SyncError> {
     let spec = &scaler.spec;
     let target_ref = &spec.target_ref;
-    let (resource, object) = ctx
-        .targets
-        .get(target_ref, namespace)
-        .await
-        .map_err(|e| Failure {
-            reason: match e {
-                TargetLookupError::UnknownKind { .. } => "UnknownTargetKind",
-                _ => "TargetUnavailable",
-            },
-            message: e.to_string(),
-        })?;
-    let object = object.ok_or_else(|| Failure {
-        reason: "TargetNotFound",
-        message: format!(
-            "{} {} not found in namespace {namespace}",
-            target_ref.kind, target_ref.name
-        ),
+    let (resource, object) = ctx.targets.get(target_ref, namespace).await?;
+    let object = object.ok_or_else(|| SyncError::TargetNotFound {
+        kind: target_ref.kind.clone(),
+        name: target_ref.name.clone(),
+        namespace: namespace.to_owned(),
     })?;
-    let observed =
-        target::snapshot(&target_ref.kind, &target_ref.api_version, &object).map_err(|e| {
-            Failure {
-                reason: "InvalidTarget",
-                message: e.to_string(),
-            }
-        })?;
+    let observed = target::snapshot(&target_ref.kind, &target_ref.api_version, &object)?;
 
     // Before any request: the address may be somewhere the operator must not call.
-    ctx.allowed
-        .check(&spec.server_address)
-        .map_err(|e| Failure {
-            reason: "ServerAddressNotAllowed",
-            message: e.to_string(),
-        })?;
-    let headers = super::headers::resolve(&ctx.secrets, &ctx.client, scaler, namespace)
-        .await
-        .map_err(|e| Failure {
-            reason: e.reason(),
-            message: e.to_string(),
-        })?;
+    ctx.allowed.check(&spec.server_address)?;
+    let headers = super::headers::resolve(&ctx.secrets, &ctx.client, scaler, namespace).await?;
     let signal = match spec.metric_provider {
         MetricProvider::Prometheus => {
             Signal::Ratio(read_metrics(scaler, ctx, namespace, &headers).await)
@@ -224,12 +155,9 @@ async fn sync(
             Signal::Absolute(read_decision(scaler, ctx, namespace, &headers).await?)
         }
     };
+    let behavior = crate::api::behavior::behavior(spec)?;
     let uid = scaler.uid().unwrap_or_default();
     let target_uid = object.uid().unwrap_or_default();
-    let behavior = crate::api::behavior::behavior(spec).map_err(|e| Failure {
-        reason: "InvalidSpec",
-        message: e.to_string(),
-    })?;
     let startup = match &object.selector {
         Some(Ok(selector)) if startup::worth_a_look(scaler.status.as_ref(), &observed) => {
             startup::observe(&ctx.client, namespace, selector, scaler.status.as_ref()).await
@@ -255,61 +183,171 @@ async fn sync(
     };
     let decision = decide(&input);
     ctx.set_samples(&uid, decision.memory.samples.clone());
+    Ok(Observed {
+        decision,
+        target: observed,
+        target_uid,
+        resource,
+        object,
+        headers,
+        startup,
+    })
+}
 
-    if is_dry_run(scaler) || !ctx.leadership.may_write() {
-        // Everything is evaluated and published; nothing is written to the target or its pods
-        // (a dry run by request, a standby because only the leader writes).
-        return Ok(Synced {
-            decision,
-            target: observed,
-            target_uid,
-            wrote: false,
-            notes: Vec::new(),
-            startup,
-        });
+/// Everything a sync writes to the cluster: the target's spec.replicas, the victims' marks, the
+/// scaler's status and its events. Only the leader has one.
+struct Writer<'a> {
+    ctx: &'a Context,
+}
+
+impl<'a> Writer<'a> {
+    /// The writer, while this replica leads (always, without leader election).
+    fn if_leading(ctx: &'a Context) -> Option<Self> {
+        ctx.leadership.may_write().then_some(Self { ctx })
     }
-    let removed = usize::try_from(decision.removed(&observed)).unwrap_or(0);
-    let notes = victims::for_sync(scaler, ctx, namespace, &object, removed, &headers).await;
 
-    let mut wrote = false;
-    // Asked again just before the write: leadership can end while the signal is read.
-    if let Some(replicas) = decision.write.filter(|_| ctx.leadership.may_write()) {
+    /// Marks the victims of a scale-down and writes spec.replicas, unless the scaler is a dry
+    /// run (then everything is evaluated and reported, and nothing written).
+    async fn act(
+        &self,
+        scaler: &LLMScaler,
+        namespace: &str,
+        observed: Observed,
+    ) -> Result<Synced, SyncError> {
+        if is_dry_run(scaler) {
+            return Ok(Synced::observed_only(observed));
+        }
+        let ctx = self.ctx;
+        let target_ref = &scaler.spec.target_ref;
+        let removed = usize::try_from(observed.decision.removed(&observed.target)).unwrap_or(0);
+        let notes = victims::for_sync(
+            scaler,
+            ctx,
+            namespace,
+            &observed.object,
+            removed,
+            &observed.headers,
+        )
+        .await;
+        let Some(replicas) = observed.decision.write else {
+            return Ok(Synced {
+                observed,
+                wrote: false,
+                notes,
+            });
+        };
         scale::write_replicas(
             &ctx.client,
-            &resource,
+            &observed.resource,
             namespace,
             &target_ref.name,
             replicas,
         )
         .await
-        .map_err(|e| Failure {
-            reason: "ScaleFailed",
-            message: format!(
-                "cannot set spec.replicas of {} {} to {replicas}: {e}",
-                target_ref.kind, target_ref.name
-            ),
+        .map_err(|source| SyncError::Scale {
+            kind: target_ref.kind.clone(),
+            name: target_ref.name.clone(),
+            replicas,
+            source,
         })?;
-        wrote = true;
         tracing::info!(
-            scaler = %scaler.name_any(), namespace, target = %target_ref.name,
-            from = observed.spec_replicas, to = replicas, desired = decision.desired,
-            "scaled"
+            target = %target_ref.name, from = observed.target.spec_replicas, to = replicas,
+            desired = observed.decision.desired, "scaled"
         );
+        Ok(Synced {
+            observed,
+            wrote: true,
+            notes,
+        })
     }
-    Ok(Synced {
-        decision,
-        target: observed,
-        target_uid,
-        wrote,
-        notes,
-        startup,
-    })
-}
 
-/// Events go out only while this replica leads.
-async fn publish(ctx: &Context, scaler: &LLMScaler, notes: &[Note]) {
-    if ctx.leadership.may_write() {
-        events::publish(&ctx.recorder, scaler, notes).await;
+    /// Writes the status (when it changed) and publishes the sync's events.
+    async fn report(
+        &self,
+        scaler: &LLMScaler,
+        namespace: &str,
+        outcome: &Result<Synced, SyncError>,
+        now: Timestamp,
+    ) -> Result<(), ReconcileError> {
+        let ctx = self.ctx;
+        let uid = scaler.uid().unwrap_or_default();
+        let rendered = match outcome {
+            Ok(synced) => Outcome::Decided {
+                startup: synced.observed.startup.as_ref(),
+                decision: &synced.observed.decision,
+                target: &synced.observed.target,
+                target_uid: &synced.observed.target_uid,
+                wrote: synced.wrote,
+            },
+            Err(error) => Outcome::Failed(error),
+        };
+        self.write_status(scaler, namespace, &rendered, now).await?;
+
+        let mut notes = match outcome {
+            Ok(synced) => {
+                let Observed {
+                    decision, target, ..
+                } = &synced.observed;
+                let mut notes = synced.notes.clone();
+                notes.extend(
+                    events::decision_notes(scaler, decision, target, is_dry_run(scaler))
+                        .into_iter()
+                        // Told once per count asked for: while a scale-up's pods load, every
+                        // sync would otherwise patch the event's series.
+                        .filter(|n| {
+                            n.reason != events::STARTING_COUNTED
+                                || ctx.first_time(
+                                    events::STARTING_COUNTED,
+                                    &format!("{uid}/{}", target.spec_replicas),
+                                )
+                        }),
+                );
+                notes
+            }
+            Err(error) => vec![Note {
+                warning: true,
+                reason: error.reason().as_str(),
+                message: error.to_string(),
+            }],
+        };
+        // Notices about the spec are told once per scaler: repeated, each sync would patch the
+        // event's series, an API write per sync for nothing new.
+        notes.extend(
+            events::spec_notices(scaler)
+                .into_iter()
+                .filter(|n| ctx.first_time(n.reason, &uid)),
+        );
+        events::publish(&ctx.recorder, scaler, &notes).await;
+        Ok(())
+    }
+
+    async fn write_status(
+        &self,
+        scaler: &LLMScaler,
+        namespace: &str,
+        outcome: &Outcome<'_>,
+        now: Timestamp,
+    ) -> Result<(), ReconcileError> {
+        let uid = scaler.uid().unwrap_or_default();
+        let identity = Scaler {
+            uid: &uid,
+            generation: scaler.meta().generation,
+        };
+        let rendered: LLMScalerStatus =
+            status::render(scaler.status.as_ref(), &identity, outcome, now);
+        if scaler.status.as_ref() == Some(&rendered) {
+            return Ok(());
+        }
+        let api: Api<LLMScaler> = Api::namespaced(self.ctx.client.clone(), namespace);
+        let patch = json!({ "status": rendered });
+        api.patch_status(
+            &scaler.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(ReconcileError::Status)?;
+        Ok(())
     }
 }
 
@@ -385,17 +423,14 @@ async fn read_decision(
     ctx: &Context,
     namespace: &str,
     headers: &HeaderMap,
-) -> Result<Result<i32, String>, Failure> {
+) -> Result<Result<i32, String>, SyncError> {
     let spec = &scaler.spec;
-    let invalid = |message: String| Failure {
-        reason: "InvalidSpec",
-        message,
-    };
-    let provider = spec.custom_provider.as_ref().ok_or_else(|| {
-        invalid("customProvider is required when metricProvider is Custom".to_owned())
-    })?;
+    let provider = spec
+        .custom_provider
+        .as_ref()
+        .ok_or(SyncError::NoCustomProvider)?;
     let url = decision::decision_url(&spec.server_address, &provider.path, &provider.service_id)
-        .map_err(|e| invalid(e.to_string()))?;
+        .map_err(SyncError::DecisionUrl)?;
     let started = Instant::now();
     let count = decision::fetch_decision(
         &ctx.http,
@@ -422,72 +457,27 @@ async fn read_decision(
     }))
 }
 
-/// Writes the status if, and only if, it changed.
-async fn write_status(
-    ctx: &Context,
-    scaler: &LLMScaler,
-    outcome: &Outcome<'_>,
-    now: Timestamp,
-) -> Result<(), ReconcileError> {
-    let uid = scaler.uid().unwrap_or_default();
-    let identity = Scaler {
-        uid: &uid,
-        generation: scaler.meta().generation,
-    };
-    let rendered: LLMScalerStatus = status::render(scaler.status.as_ref(), &identity, outcome, now);
-    if scaler.status.as_ref() == Some(&rendered) {
-        return Ok(());
-    }
-    let namespace = scaler.namespace().unwrap_or_default();
-    let api: Api<LLMScaler> = Api::namespaced(ctx.client.clone(), &namespace);
-    let patch = json!({ "status": rendered });
-    api.patch_status(
-        &scaler.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .map_err(ReconcileError::Status)?;
-    Ok(())
-}
-
-/// Feeds the shared cache and the operator's gauges from the decision.
-fn record(
+/// Feeds the metric cache the external metrics API serves: this sync's decision, or nothing
+/// when it failed (the API answers NotFound until a sync succeeds, and an HPA reading it holds;
+/// nothing from an earlier sync stands in for this one).
+fn feed_cache(
     ctx: &Context,
     scaler: &LLMScaler,
     namespace: &str,
-    decision: &Decision,
-    target: &crate::scaling::TargetState,
+    outcome: &Result<Synced, SyncError>,
     now: Timestamp,
 ) {
-    let name = scaler.name_any();
-    let labels = ScalerLabels {
+    let key = ScalerKey {
         namespace: namespace.to_owned(),
-        scaler: name.clone(),
+        name: scaler.name_any(),
     };
-    ctx.metrics
-        .desired_replicas
-        .get_or_create(&labels)
-        .set(i64::from(decision.desired));
-    ctx.metrics
-        .current_replicas
-        .get_or_create(&labels)
-        .set(i64::from(target.ready_replicas));
-    if let Some(written) = decision.write {
-        let direction = if written > target.spec_replicas {
-            "up"
-        } else {
-            "down"
-        };
-        ctx.metrics
-            .scale_events
-            .get_or_create(&ScaleLabels {
-                namespace: namespace.to_owned(),
-                scaler: name.clone(),
-                direction: direction.to_owned(),
-            })
-            .inc();
-    }
+    let Ok(synced) = outcome else {
+        ctx.cache.remove(&key);
+        return;
+    };
+    let Observed {
+        decision, target, ..
+    } = &synced.observed;
     let metrics = decision
         .metrics
         .iter()
@@ -500,10 +490,7 @@ fn record(
         })
         .collect();
     ctx.cache.update(
-        ScalerKey {
-            namespace: namespace.to_owned(),
-            name,
-        },
+        key,
         ScalerSnapshot {
             uid: scaler.uid().unwrap_or_default(),
             metrics,
@@ -515,33 +502,84 @@ fn record(
     );
 }
 
-fn sync_result(decision: &Decision, wrote: bool) -> &'static str {
-    if wrote {
-        "scaled"
-    } else if decision
-        .reasons
-        .iter()
-        .any(|r| matches!(r, Reason::Held(_)))
-    {
-        "held"
-    } else if decision
-        .reasons
-        .iter()
-        .any(|r| matches!(r, Reason::Deferred(_)))
-    {
-        "deferred"
-    } else {
-        "unchanged"
+/// The operator's own metrics of this sync: its result (and a failure's reason), its duration,
+/// the replica gauges and the scale counter.
+fn count(
+    ctx: &Context,
+    scaler: &LLMScaler,
+    namespace: &str,
+    outcome: &Result<Synced, SyncError>,
+    started: Instant,
+) {
+    let metrics = &ctx.metrics;
+    let name = scaler.name_any();
+    let result = match outcome {
+        Ok(synced) => synced.result(),
+        Err(error) => {
+            metrics
+                .sync_failures
+                .get_or_create(&FailureLabels {
+                    namespace: namespace.to_owned(),
+                    scaler: name.clone(),
+                    reason: error.reason(),
+                })
+                .inc();
+            SyncResult::Failed
+        }
+    };
+    metrics
+        .syncs
+        .get_or_create(&SyncLabels {
+            namespace: namespace.to_owned(),
+            scaler: name.clone(),
+            result,
+        })
+        .inc();
+    metrics
+        .sync_duration
+        .observe(started.elapsed().as_secs_f64());
+    let Ok(synced) = outcome else {
+        return;
+    };
+    let Observed {
+        decision, target, ..
+    } = &synced.observed;
+    let labels = ScalerLabels {
+        namespace: namespace.to_owned(),
+        scaler: name.clone(),
+    };
+    metrics
+        .desired_replicas
+        .get_or_create(&labels)
+        .set(i64::from(decision.desired));
+    metrics
+        .current_replicas
+        .get_or_create(&labels)
+        .set(i64::from(target.ready_replicas));
+    if let Some(written) = decision.write {
+        let direction = if written > target.spec_replicas {
+            "up"
+        } else {
+            "down"
+        };
+        metrics
+            .scale_events
+            .get_or_create(&ScaleLabels {
+                namespace: namespace.to_owned(),
+                scaler: name,
+                direction: direction.to_owned(),
+            })
+            .inc();
     }
 }
 
 pub fn error_policy(scaler: Arc<LLMScaler>, error: &ReconcileError, _ctx: Arc<Context>) -> Action {
     tracing::warn!(scaler = %scaler.name_any(), %error, "sync failed, retrying");
-    Action::requeue(period(scaler.spec.retry_period_seconds))
+    Action::requeue(requeue_after(scaler.spec.retry_period_seconds))
 }
 
 /// A period from the spec; admission guarantees >= 1, but an object stored before that rule must
 /// not spin the controller.
-fn period(seconds: i32) -> Duration {
+fn requeue_after(seconds: i32) -> Duration {
     Duration::from_secs(u64::try_from(seconds.max(1)).unwrap_or(1))
 }

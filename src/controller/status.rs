@@ -4,6 +4,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
+use super::error::SyncError;
 use crate::api::StartupStatus;
 use crate::api::{LLMScalerStatus, MetricStatus, Recommendation, RecommendationHistory};
 use crate::scaling::{
@@ -28,11 +29,8 @@ pub enum Outcome<'a> {
         /// The start-up delay learned from the target's pods, if any.
         startup: Option<&'a StartupStatus>,
     },
-    /// The sync stopped before a decision: `reason` is a CamelCase word, `message` the sentence.
-    Failed {
-        reason: &'static str,
-        message: String,
-    },
+    /// The sync stopped before a decision, or its write was refused.
+    Failed(&'a SyncError),
 }
 
 /// Identity of the scaler the status belongs to.
@@ -62,9 +60,10 @@ pub fn render(
         );
     };
     match outcome {
-        Outcome::Failed { reason, message } => {
-            set(READY, false, reason, message.clone());
-            set(SCALING_ACTIVE, false, reason, message.clone());
+        Outcome::Failed(error) => {
+            let reason = error.reason().as_str();
+            set(READY, false, reason, error.to_string());
+            set(SCALING_ACTIVE, false, reason, error.to_string());
         }
         Outcome::Decided {
             decision,
@@ -523,10 +522,11 @@ mod tests {
         let failed = render(
             Some(&ok),
             &scaler,
-            &Outcome::Failed {
-                reason: "TargetNotFound",
-                message: "Deployment vllm not found".into(),
-            },
+            &Outcome::Failed(&SyncError::TargetNotFound {
+                kind: "Deployment".into(),
+                name: "vllm".into(),
+                namespace: "ns".into(),
+            }),
             t(10),
         );
         assert_eq!(failed.current_replicas, ok.current_replicas);

@@ -3,12 +3,16 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use std::fmt::Write as _;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+use crate::controller::FailureReason;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ScalerLabels {
@@ -20,8 +24,55 @@ pub struct ScalerLabels {
 pub struct SyncLabels {
     pub namespace: String,
     pub scaler: String,
-    /// scaled, unchanged, held, deferred or failed.
-    pub result: String,
+    pub result: SyncResult,
+}
+
+/// How a sync ended, the `result` label of `llmscaler_syncs_total`.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum SyncResult {
+    /// spec.replicas was written.
+    Scaled,
+    /// The signal could not be used; the target stays where it is.
+    Held,
+    /// A change waits (a rollout, replicas not yet ready).
+    Deferred,
+    /// Nothing to do.
+    Unchanged,
+    /// The sync stopped before deciding, or its write was refused.
+    Failed,
+}
+
+impl SyncResult {
+    pub const ALL: [SyncResult; 5] = [
+        Self::Scaled,
+        Self::Held,
+        Self::Deferred,
+        Self::Unchanged,
+        Self::Failed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Scaled => "scaled",
+            Self::Held => "held",
+            Self::Deferred => "deferred",
+            Self::Unchanged => "unchanged",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+impl EncodeLabelValue for SyncResult {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        encoder.write_str(self.as_str())
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailureLabels {
+    pub namespace: String,
+    pub scaler: String,
+    pub reason: FailureReason,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -39,9 +90,6 @@ pub struct ScaleLabels {
     pub direction: String,
 }
 
-/// Every value of the `result` label of `llmscaler_syncs_total`.
-pub const SYNC_RESULTS: &[&str] = &["scaled", "held", "deferred", "unchanged", "failed"];
-
 fn duration_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.005, 2.0, 14))
 }
@@ -51,6 +99,7 @@ fn duration_histogram() -> Histogram {
 pub struct Metrics {
     registry: Arc<Mutex<Registry>>,
     pub syncs: Family<SyncLabels, Counter>,
+    pub sync_failures: Family<FailureLabels, Counter>,
     /// Durations are one histogram for the process, not one per scaler: per-scaler buckets would
     /// be most of the operator's memory and of its series on a big fleet.
     pub sync_duration: Histogram,
@@ -67,6 +116,7 @@ impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("llmscaler");
         let syncs = Family::<SyncLabels, Counter>::default();
+        let sync_failures = Family::<FailureLabels, Counter>::default();
         let sync_duration = duration_histogram();
         let query_duration = duration_histogram();
         let query_errors = Family::<MetricLabels, Counter>::default();
@@ -80,6 +130,11 @@ impl Default for Metrics {
             leader.clone(),
         );
         registry.register("syncs", "Syncs by outcome", syncs.clone());
+        registry.register(
+            "sync_failures",
+            "Failed syncs by reason (the reason of the scaler's Ready condition)",
+            sync_failures.clone(),
+        );
         registry.register(
             "sync_duration_seconds",
             "Time one sync took, all scalers together",
@@ -113,6 +168,7 @@ impl Default for Metrics {
         Self {
             registry: Arc::new(Mutex::new(registry)),
             syncs,
+            sync_failures,
             sync_duration,
             query_duration,
             query_errors,
@@ -154,11 +210,18 @@ impl Metrics {
         };
         self.desired_replicas.remove(&labels);
         self.current_replicas.remove(&labels);
-        for result in SYNC_RESULTS {
+        for result in SyncResult::ALL {
             self.syncs.remove(&SyncLabels {
                 namespace: namespace.to_owned(),
                 scaler: scaler.to_owned(),
-                result: (*result).to_owned(),
+                result,
+            });
+        }
+        for reason in FailureReason::ALL {
+            self.sync_failures.remove(&FailureLabels {
+                namespace: namespace.to_owned(),
+                scaler: scaler.to_owned(),
+                reason,
             });
         }
         for direction in ["up", "down"] {
@@ -194,7 +257,14 @@ mod tests {
             .get_or_create(&SyncLabels {
                 namespace: "ns".into(),
                 scaler: "s".into(),
-                result: "scaled".into(),
+                result: SyncResult::Scaled,
+            })
+            .inc();
+        m.sync_failures
+            .get_or_create(&FailureLabels {
+                namespace: "ns".into(),
+                scaler: "s".into(),
+                reason: FailureReason::TargetNotFound,
             })
             .inc();
         let text = m.encode().unwrap();
@@ -204,6 +274,12 @@ mod tests {
         );
         assert!(
             text.contains(r#"llmscaler_syncs_total{namespace="ns",scaler="s",result="scaled"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"llmscaler_sync_failures_total{namespace="ns",scaler="s",reason="TargetNotFound"} 1"#
+            ),
             "{text}"
         );
         m.observe_query(

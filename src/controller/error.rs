@@ -1,0 +1,173 @@
+//! Why a sync stopped before it could decide or act. One type, rendered three ways: the Ready
+//! condition and the warning event show the reason and the message, and the operator's metrics
+//! count failures by the same reason.
+
+use prometheus_client::encoding::EncodeLabelValue;
+use thiserror::Error;
+
+use super::headers::HeadersError;
+use super::target::TargetError;
+use super::targets::TargetLookupError;
+use crate::api::behavior::BehaviorError;
+use crate::signals::allow::AllowError;
+use crate::signals::decision::DecisionError;
+
+/// A failure the user can see and fix (a missing target, a spec the controller cannot use, a
+/// credential it cannot read) or the cluster refused a write. Each is reported on the scaler and
+/// retried after retryPeriodSeconds; none is an error of the controller itself.
+#[derive(Debug, Error)]
+pub enum SyncError {
+    #[error(transparent)]
+    TargetLookup(#[from] TargetLookupError),
+    #[error("{kind} {name} not found in namespace {namespace}")]
+    TargetNotFound {
+        kind: String,
+        name: String,
+        namespace: String,
+    },
+    #[error(transparent)]
+    InvalidTarget(#[from] TargetError),
+    /// Checked before any request: the address may be somewhere the operator must not call.
+    #[error(transparent)]
+    ServerAddress(#[from] AllowError),
+    #[error(transparent)]
+    Headers(#[from] HeadersError),
+    /// A field admission refuses today, on an object stored before the rule.
+    #[error(transparent)]
+    Behavior(#[from] BehaviorError),
+    #[error("customProvider is required when metricProvider is Custom")]
+    NoCustomProvider,
+    #[error(transparent)]
+    DecisionUrl(DecisionError),
+    #[error("cannot set spec.replicas of {kind} {name} to {replicas}: {source}")]
+    Scale {
+        kind: String,
+        name: String,
+        replicas: i32,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// The reason of a failed sync: a condition reason and event reason as written (CamelCase), and
+/// the `reason` label of `llmscaler_sync_failures_total`.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum FailureReason {
+    UnknownTargetKind,
+    TargetUnavailable,
+    TargetNotFound,
+    InvalidTarget,
+    ServerAddressNotAllowed,
+    SecretUnavailable,
+    InvalidSpec,
+    ScaleFailed,
+}
+
+impl FailureReason {
+    pub const ALL: [FailureReason; 8] = [
+        Self::UnknownTargetKind,
+        Self::TargetUnavailable,
+        Self::TargetNotFound,
+        Self::InvalidTarget,
+        Self::ServerAddressNotAllowed,
+        Self::SecretUnavailable,
+        Self::InvalidSpec,
+        Self::ScaleFailed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::UnknownTargetKind => "UnknownTargetKind",
+            Self::TargetUnavailable => "TargetUnavailable",
+            Self::TargetNotFound => "TargetNotFound",
+            Self::InvalidTarget => "InvalidTarget",
+            Self::ServerAddressNotAllowed => "ServerAddressNotAllowed",
+            Self::SecretUnavailable => "SecretUnavailable",
+            Self::InvalidSpec => "InvalidSpec",
+            Self::ScaleFailed => "ScaleFailed",
+        }
+    }
+}
+
+impl std::fmt::Display for FailureReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl SyncError {
+    pub fn reason(&self) -> FailureReason {
+        match self {
+            Self::TargetLookup(TargetLookupError::UnknownKind { .. }) => {
+                FailureReason::UnknownTargetKind
+            }
+            Self::TargetLookup(_) => FailureReason::TargetUnavailable,
+            Self::TargetNotFound { .. } => FailureReason::TargetNotFound,
+            Self::InvalidTarget(_) => FailureReason::InvalidTarget,
+            Self::ServerAddress(_) => FailureReason::ServerAddressNotAllowed,
+            Self::Headers(HeadersError::Secret { .. }) => FailureReason::SecretUnavailable,
+            Self::Headers(_)
+            | Self::Behavior(_)
+            | Self::NoCustomProvider
+            | Self::DecisionUrl(_) => FailureReason::InvalidSpec,
+            Self::Scale { .. } => FailureReason::ScaleFailed,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The derived label value is the variant's name, so it must be the reason as written.
+    #[test]
+    fn the_label_is_the_condition_reason() {
+        for reason in FailureReason::ALL {
+            assert_eq!(format!("{reason:?}"), reason.as_str());
+        }
+    }
+
+    #[test]
+    fn each_failure_has_its_reason() {
+        let cases = [
+            (
+                SyncError::TargetLookup(TargetLookupError::UnknownKind {
+                    api_version: "x/v1".into(),
+                    kind: "Y".into(),
+                }),
+                FailureReason::UnknownTargetKind,
+            ),
+            (
+                SyncError::TargetLookup(TargetLookupError::NotSynced { kind: "Y".into() }),
+                FailureReason::TargetUnavailable,
+            ),
+            (
+                SyncError::Headers(HeadersError::Secret {
+                    name: "auth".into(),
+                    reason: "forbidden".into(),
+                }),
+                FailureReason::SecretUnavailable,
+            ),
+            (
+                SyncError::Headers(HeadersError::KeyName {
+                    secret: "auth".into(),
+                    key: "bad key".into(),
+                }),
+                FailureReason::InvalidSpec,
+            ),
+            (SyncError::NoCustomProvider, FailureReason::InvalidSpec),
+        ];
+        for (error, reason) in cases {
+            assert_eq!(error.reason(), reason, "{error}");
+        }
+        assert_eq!(
+            SyncError::TargetNotFound {
+                kind: "Deployment".into(),
+                name: "vllm".into(),
+                namespace: "ns".into()
+            }
+            .to_string(),
+            "Deployment vllm not found in namespace ns"
+        );
+    }
+}
