@@ -9,5 +9,6 @@ pub mod extmetrics;
 pub mod leader;
 pub mod scaling;
 pub mod signals;
+pub mod supervisor;
 pub mod telemetry;
 pub mod tls;

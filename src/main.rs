@@ -14,9 +14,10 @@ use tokio_util::sync::CancellationToken;
 use llmscaleoperator::controller::{self, PreflightError, Scope, Shared};
 use llmscaleoperator::extmetrics::certs::{self, Policy, Source};
 use llmscaleoperator::extmetrics::registration::Registrar;
-use llmscaleoperator::extmetrics::server::{ApiState, ServeError, serve, watch_request_header};
+use llmscaleoperator::extmetrics::server::{ApiState, serve, watch_request_header};
 use llmscaleoperator::leader::{self, Election, Leadership, LeaseConfig, Timing};
 use llmscaleoperator::signals::{self, cache::MetricCache, http::HttpError};
+use llmscaleoperator::supervisor::{Supervisor, TaskStopped};
 use llmscaleoperator::telemetry::{self, Health, LogFormat, TelemetryError, metrics::Metrics};
 use llmscaleoperator::{api, tls};
 
@@ -198,14 +199,30 @@ enum MainError {
     Telemetry(#[from] TelemetryError),
     #[error(transparent)]
     Crd(#[from] api::CrdError),
+    #[error("cannot load the Kubernetes client configuration from {}: {source}", path.display())]
+    Kubeconfig {
+        path: PathBuf,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
     #[error("cannot load the Kubernetes client configuration: {0}")]
-    Config(String),
+    Context(#[source] kube::config::KubeconfigError),
+    #[error(
+        "cannot load the Kubernetes client configuration: {0} (run in a cluster, set KUBECONFIG or pass --kubeconfig)"
+    )]
+    Infer(#[source] kube::config::InferConfigError),
+    #[error("cannot build the Kubernetes client: {0}")]
+    Client(#[source] kube::Error),
     #[error(transparent)]
     Preflight(#[from] PreflightError),
     #[error(transparent)]
     Http(#[from] HttpError),
     #[error("external metrics API: {0}")]
     Extmetrics(String),
+    #[error("external metrics API: serving certificate: {0}")]
+    Certificates(#[from] certs::CertError),
+    #[error(transparent)]
+    TaskStopped(#[from] TaskStopped),
     #[error("cannot start the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
 }
@@ -250,22 +267,25 @@ async fn run_async(args: RunArgs) -> Result<(), MainError> {
     let allowed = signals::allow::AllowList::parse(&args.allowed_server_address)?;
     let config = client_config(&args).await?;
     let url = config.cluster_url.to_string();
-    let client = Client::try_from(config).map_err(|e| MainError::Config(e.to_string()))?;
+    let client = Client::try_from(config).map_err(MainError::Client)?;
     let scope = Scope::namespaces(args.namespace.clone());
     controller::preflight(&client, &url, &scope).await?;
     tracing::info!(apiserver = %url, namespaces = %scope.describe(), "connected; LLMScaler CRD is installed");
 
     let shutdown = CancellationToken::new();
+    // Every background task runs under it: one that stops early stops the operator.
+    let supervisor = Supervisor::new(shutdown.clone());
     let health = Health::default();
     let metrics = Metrics::default();
     let listener = telemetry::bind_health(args.health_address).await?;
-    let health_server = tokio::spawn(telemetry::serve_health(
-        listener,
-        health.clone(),
-        metrics.clone(),
-        shutdown.clone(),
-    ));
-    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    let serving =
+        telemetry::serve_health(listener, health.clone(), metrics.clone(), shutdown.clone());
+    supervisor.spawn_service("health server", async move {
+        if let Err(error) = serving.await {
+            tracing::error!(%error, "health server stopped with an error");
+        }
+    });
+    supervisor.spawn_service("signal handler", cancel_on_signal(shutdown.clone()));
 
     tracing::info!(health = %args.health_address, "operator running");
     let election = args.leader_elect.then(|| {
@@ -299,20 +319,16 @@ async fn run_async(args: RunArgs) -> Result<(), MainError> {
         metrics.leader.set(1);
     }
     let cache = MetricCache::default();
-    let extmetrics = if args.disable_extmetrics {
-        None
-    } else {
-        Some(
-            start_extmetrics(
-                &args,
-                client.clone(),
-                cache.clone(),
-                leadership.clone(),
-                shutdown.clone(),
-            )
-            .await?,
+    if !args.disable_extmetrics {
+        start_extmetrics(
+            &args,
+            client.clone(),
+            cache.clone(),
+            leadership.clone(),
+            &supervisor,
         )
-    };
+        .await?;
+    }
     // Ready once the external metrics API is up (and registered, when asked).
     health.set_ready(true);
     let shared = Shared {
@@ -323,23 +339,22 @@ async fn run_async(args: RunArgs) -> Result<(), MainError> {
         leadership,
         allowed,
     };
-    controller::run(client, scope, shared, shutdown.clone()).await;
+    controller::run(client, scope, shared, supervisor.clone()).await;
     shutdown.cancel();
     // Syncs in flight have finished: hand the Lease over so a standby need not wait it out.
     if let Some(election) = election {
         election.release().await;
     }
-    if let Ok(Err(error)) = health_server.await {
-        tracing::warn!(%error, "health server stopped with an error");
-    }
-    if let Some(server) = extmetrics
-        && let Ok(Err(error)) = server.await
-    {
-        tracing::warn!(%error, "external metrics server stopped with an error");
+    supervisor.drain(SHUTDOWN_GRACE).await;
+    if let Some(stopped) = supervisor.stopped() {
+        return Err(stopped.into());
     }
     tracing::info!("operator stopped");
     Ok(())
 }
+
+/// How long the servers and watches may take to stop once the controller has.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// Binds and starts the external metrics API (and registers it when asked); a taken port fails
 /// start-up.
@@ -348,8 +363,8 @@ async fn start_extmetrics(
     client: Client,
     cache: MetricCache,
     leadership: Leadership,
-    shutdown: CancellationToken,
-) -> Result<tokio::task::JoinHandle<Result<(), ServeError>>, MainError> {
+    supervisor: &Supervisor,
+) -> Result<(), MainError> {
     let namespace = args
         .extmetrics_service_namespace
         .clone()
@@ -384,21 +399,23 @@ async fn start_extmetrics(
         },
         _ => Source::Ephemeral { names },
     };
-    let certificates = certs::start(source, client.clone(), shutdown.clone())
-        .await
-        .map_err(|e| MainError::Extmetrics(e.to_string()))?;
+    let certificates = certs::start(source, client.clone(), supervisor).await?;
     let listener = std::net::TcpListener::bind(args.extmetrics_address).map_err(|e| {
         MainError::Extmetrics(format!("cannot listen on {}: {e}", args.extmetrics_address))
     })?;
     let state = ApiState::new(client.clone(), cache);
-    tokio::spawn(watch_request_header(
-        client.clone(),
-        state.clone(),
-        shutdown.clone(),
-    ));
+    supervisor.spawn_service(
+        "front-proxy settings watch",
+        watch_request_header(client.clone(), state.clone(), supervisor.shutdown()),
+    );
     tracing::info!(address = %args.extmetrics_address, "serving external.metrics.k8s.io");
     let served = certificates.clone();
-    let server = tokio::spawn(async move { serve(listener, served, state, shutdown).await });
+    let shutdown = supervisor.shutdown();
+    supervisor.spawn_service("external metrics server", async move {
+        if let Err(error) = serve(listener, served, state, shutdown).await {
+            tracing::error!(%error, "external metrics server stopped with an error");
+        }
+    });
 
     if args.register_apiservice {
         if certificates.borrow().ca_bundle.is_none() {
@@ -412,9 +429,11 @@ async fn start_extmetrics(
             service,
             port: args.extmetrics_service_port,
         };
-        registrar.keep_registered(certificates, leadership).await;
+        registrar
+            .keep_registered(certificates, leadership, supervisor)
+            .await;
     }
-    Ok(server)
+    Ok(())
 }
 
 async fn client_config(args: &RunArgs) -> Result<Config, MainError> {
@@ -424,20 +443,19 @@ async fn client_config(args: &RunArgs) -> Result<Config, MainError> {
     };
     match &args.kubeconfig {
         Some(path) => {
-            let kubeconfig = Kubeconfig::read_from(path)
-                .map_err(|e| MainError::Config(format!("{}: {e}", path.display())))?;
+            let failed = |source| MainError::Kubeconfig {
+                path: path.clone(),
+                source,
+            };
+            let kubeconfig = Kubeconfig::read_from(path).map_err(failed)?;
             Config::from_custom_kubeconfig(kubeconfig, &options)
                 .await
-                .map_err(|e| MainError::Config(format!("{}: {e}", path.display())))
+                .map_err(failed)
         }
         None if args.context.is_some() => Config::from_kubeconfig(&options)
             .await
-            .map_err(|e| MainError::Config(e.to_string())),
-        None => Config::infer().await.map_err(|e| {
-            MainError::Config(format!(
-                "{e} (run in a cluster, set KUBECONFIG or pass --kubeconfig)"
-            ))
-        }),
+            .map_err(MainError::Context),
+        None => Config::infer().await.map_err(MainError::Infer),
     }
 }
 
@@ -466,6 +484,8 @@ async fn cancel_on_signal(shutdown: CancellationToken) {
     tokio::select! {
         () = ctrl_c => {}
         () = term => {}
+        // Stopped for another reason: nothing left to listen for.
+        () = shutdown.cancelled() => return,
     }
     tracing::info!("shutdown requested");
     shutdown.cancel();

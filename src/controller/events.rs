@@ -12,6 +12,9 @@ use crate::scaling::{
 
 /// The reason of the event that says pods still starting were counted as capacity.
 pub const STARTING_COUNTED: &str = "StartingCounted";
+/// The reasons of the events that say a stabilization window holds the fleet.
+pub const SCALE_DOWN_STABILIZED: &str = "ScaleDownStabilized";
+pub const SCALE_UP_STABILIZED: &str = "ScaleUpStabilized";
 
 /// One event to publish.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,7 +134,7 @@ pub fn decision_notes(
                 held_at,
                 window_seconds,
             }) if decision.write.is_none() => Note::normal(
-                "ScaleDownStabilized",
+                SCALE_DOWN_STABILIZED,
                 format!(
                     "{recommended} recommended; held at {held_at}, the highest recommendation of the last {window_seconds}s"
                 ),
@@ -142,7 +145,7 @@ pub fn decision_notes(
                 held_at,
                 window_seconds,
             }) if decision.write.is_none() => Note::normal(
-                "ScaleUpStabilized",
+                SCALE_UP_STABILIZED,
                 format!(
                     "{recommended} recommended; held at {held_at}, the lowest recommendation of the last {window_seconds}s"
                 ),

@@ -2,6 +2,8 @@
 
 mod error;
 pub mod events;
+#[cfg(test)]
+mod fast_tier;
 pub mod headers;
 mod preflight;
 mod reconcile;
@@ -19,10 +21,10 @@ use futures::StreamExt;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{Controller, WatchStreamExt, predicates, reflector, watcher};
 use kube::{Api, Client, ResourceExt};
-use tokio_util::sync::CancellationToken;
 
 use crate::api::LLMScaler;
 use crate::signals::cache::{MetricCache, ScalerKey};
+use crate::supervisor::Supervisor;
 use crate::telemetry::metrics::Metrics;
 
 pub use error::{FailureReason, SyncError};
@@ -45,41 +47,49 @@ pub struct Context {
     pub secrets: headers::SecretCache,
     /// (topic, scaler uid) pairs already told once.
     told: std::sync::Mutex<std::collections::HashSet<(&'static str, String)>>,
+    /// The digest of the last message told per (topic, scaler uid), for notices told again only
+    /// when what they say changes.
+    last_told: std::sync::Mutex<std::collections::HashMap<(&'static str, String), u64>>,
     /// Scaler uids known to have left no deletion-cost marks behind. Unknown (e.g. after a
     /// restart) counts as "may have marks", so the first sync checks.
     unmarked: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Each scaler's recent demand, which the look-ahead fits its trend to. Kept in memory only:
     /// it changes every sync, and a restart refits it within one start-up delay.
     samples: std::sync::Mutex<std::collections::HashMap<String, Vec<crate::scaling::Sample>>>,
-    /// Syncs running now; a shutdown waits for them.
-    in_flight: InFlight,
-}
-
-/// A count of the syncs running now.
-#[derive(Clone, Default)]
-struct InFlight(Arc<std::sync::atomic::AtomicUsize>);
-
-impl InFlight {
-    /// Counts a sync until the returned guard is dropped.
-    fn enter(&self) -> InFlightGuard {
-        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        InFlightGuard(self.0.clone())
-    }
-
-    fn count(&self) -> usize {
-        self.0.load(std::sync::atomic::Ordering::SeqCst)
-    }
-}
-
-struct InFlightGuard(Arc<std::sync::atomic::AtomicUsize>);
-
-impl Drop for InFlightGuard {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-    }
+    /// The background tasks and the syncs running now; a shutdown waits for them.
+    supervisor: Supervisor,
 }
 
 impl Context {
+    /// The context of the controller of one watch (`namespace`, or every namespace).
+    pub fn new(
+        client: Client,
+        namespace: Option<String>,
+        shared: Shared,
+        supervisor: Supervisor,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: "llmscaleoperator".to_owned(),
+            instance: shared.instance,
+        };
+        Self {
+            targets: targets::TargetWatches::new(client.clone(), namespace, supervisor.clone()),
+            recorder: Recorder::new(client.clone(), reporter),
+            http: shared.http,
+            cache: shared.cache,
+            metrics: shared.metrics,
+            leadership: shared.leadership,
+            allowed: shared.allowed,
+            secrets: Default::default(),
+            told: Default::default(),
+            last_told: Default::default(),
+            unmarked: Default::default(),
+            samples: Default::default(),
+            supervisor,
+            client,
+        }
+    }
+
     /// True the first time it is asked about this topic for this scaler incarnation (`uid`, or
     /// `uid/qualifier` for something told once per value).
     pub fn first_time(&self, topic: &'static str, uid: &str) -> bool {
@@ -88,6 +98,21 @@ impl Context {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         told.insert((topic, uid.to_owned()))
+    }
+
+    /// True when `message` differs from what was last told about this topic for this scaler
+    /// incarnation (and remembers it): a state that lasts many syncs is told when it begins and
+    /// when it changes, not folded into an event series at every sync.
+    pub fn changed(&self, topic: &'static str, uid: &str, message: &str) -> bool {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        message.hash(&mut hasher);
+        let digest = hasher.finish();
+        let mut last = self
+            .last_told
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        last.insert((topic, uid.to_owned()), digest) != Some(digest)
     }
 
     pub fn may_have_marks(&self, uid: &str) -> bool {
@@ -111,6 +136,10 @@ impl Context {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .retain(|(_, told)| told != uid && !told.starts_with(&qualified));
+        self.last_told
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|(_, told), _| told != uid);
         self.samples
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -213,13 +242,18 @@ pub struct Shared {
     pub allowed: crate::signals::allow::AllowList,
 }
 
-/// Runs the LLMScaler controller until `shutdown` fires: one controller per watched namespace
-/// (or one for all), each with its own caches, all sharing the metric cache and HTTP pool.
-pub async fn run(client: Client, scope: Scope, shared: Shared, shutdown: CancellationToken) {
-    let controllers = scope
-        .watches()
-        .into_iter()
-        .map(|namespace| run_one(client.clone(), namespace, shared.clone(), shutdown.clone()));
+/// Runs the LLMScaler controller until the supervisor's shutdown fires: one controller per
+/// watched namespace (or one for all), each with its own caches, all sharing the metric cache
+/// and HTTP pool. Its target watches and clean-ups run under `supervisor`.
+pub async fn run(client: Client, scope: Scope, shared: Shared, supervisor: Supervisor) {
+    let controllers = scope.watches().into_iter().map(|namespace| {
+        run_one(
+            client.clone(),
+            namespace,
+            shared.clone(),
+            supervisor.clone(),
+        )
+    });
     futures::future::join_all(controllers).await;
 }
 
@@ -227,31 +261,13 @@ async fn run_one(
     client: Client,
     namespace: Option<String>,
     shared: Shared,
-    shutdown: CancellationToken,
+    supervisor: Supervisor,
 ) {
+    let shutdown = supervisor.shutdown();
     let scalers = scalers(client.clone(), namespace.as_deref());
-    let reporter = Reporter {
-        controller: "llmscaleoperator".to_owned(),
-        instance: shared.instance,
-    };
-    let ctx = Arc::new(Context {
-        targets: targets::TargetWatches::new(client.clone(), namespace, shutdown.clone()),
-        recorder: Recorder::new(client.clone(), reporter),
-        http: shared.http,
-        cache: shared.cache,
-        metrics: shared.metrics,
-        leadership: shared.leadership,
-        allowed: shared.allowed,
-        secrets: Default::default(),
-        told: Default::default(),
-        unmarked: Default::default(),
-        samples: Default::default(),
-        in_flight: Default::default(),
-        client,
-    });
+    let ctx = Arc::new(Context::new(client, namespace, shared, supervisor.clone()));
 
     let (reader, writer) = reflector::store();
-    let in_flight = ctx.in_flight.clone();
     let forget = ctx.clone();
     let stream = reflector::reflector(
         writer,
@@ -281,19 +297,12 @@ async fn run_one(
                 tracing::debug!(%error, "reconcile did not complete");
             }
         });
-    // Syncs in flight get a grace to finish; then the controller is dropped. Not left to
-    // kube-runtime's own graceful shutdown, which can hold on well after the last sync (before
-    // the first list of scalers, and at times after it).
+    // Syncs in flight (and the watches and clean-ups) get a grace to finish; then the
+    // controller is dropped. Not left to kube-runtime's own graceful shutdown, which can hold on
+    // well after the last sync (before the first list of scalers, and at times after it).
     let drained = async {
         shutdown.cancelled().await;
-        let until = tokio::time::Instant::now() + SHUTDOWN_GRACE;
-        while in_flight.count() > 0 && tokio::time::Instant::now() < until {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let left = in_flight.count();
-        if left > 0 {
-            tracing::warn!(grace = ?SHUTDOWN_GRACE, syncs = left, "syncs did not finish in time; exiting anyway");
-        }
+        supervisor.drain(SHUTDOWN_GRACE).await;
     };
     tokio::select! {
         () = controller => {}
@@ -327,12 +336,13 @@ fn forget_scaler(ctx: &Arc<Context>, scaler: &LLMScaler) {
     // whoever scales the target now; the leader takes them away.
     let uid = scaler.uid().unwrap_or_default();
     if ctx.leadership.may_write() && ctx.may_have_marks(&uid) {
-        let ctx = ctx.clone();
+        let job = ctx.clone();
         let scaler = scaler.clone();
-        tokio::spawn(async move {
-            victims::clear_after_delete(&ctx, &scaler).await;
-            ctx.forget_uid(&uid);
-        });
+        ctx.supervisor
+            .spawn_job("deletion-cost clean-up", async move {
+                victims::clear_after_delete(&job, &scaler).await;
+                job.forget_uid(&uid);
+            });
     } else {
         ctx.forget_uid(&uid);
     }

@@ -47,13 +47,17 @@ pub enum ReconcileError {
     Status(#[source] kube::Error),
 }
 
-/// Syncs one scaler.
-#[tracing::instrument(skip_all, fields(namespace = scaler.namespace().unwrap_or_default(), scaler = %scaler.name_any()))]
+/// Syncs one scaler; a shutdown waits for it.
 pub async fn reconcile(
     scaler: Arc<LLMScaler>,
     ctx: Arc<Context>,
 ) -> Result<Action, ReconcileError> {
-    let _running = ctx.in_flight.enter();
+    let supervisor = ctx.supervisor.clone();
+    supervisor.track(sync(scaler, ctx)).await
+}
+
+#[tracing::instrument(skip_all, fields(namespace = scaler.namespace().unwrap_or_default(), scaler = %scaler.name_any()))]
+async fn sync(scaler: Arc<LLMScaler>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let started = Instant::now();
     let namespace = scaler.namespace().ok_or(ReconcileError::NoNamespace)?;
     let now = Timestamp::now();
@@ -292,15 +296,7 @@ impl<'a> Writer<'a> {
                 notes.extend(
                     events::decision_notes(scaler, decision, target, is_dry_run(scaler))
                         .into_iter()
-                        // Told once per count asked for: while a scale-up's pods load, every
-                        // sync would otherwise patch the event's series.
-                        .filter(|n| {
-                            n.reason != events::STARTING_COUNTED
-                                || ctx.first_time(
-                                    events::STARTING_COUNTED,
-                                    &format!("{uid}/{}", target.spec_replicas),
-                                )
-                        }),
+                        .filter(|n| self.worth_telling(n, &uid, target)),
                 );
                 notes
             }
@@ -319,6 +315,22 @@ impl<'a> Writer<'a> {
         );
         events::publish(&ctx.recorder, scaler, &notes).await;
         Ok(())
+    }
+
+    /// States that last many syncs are told when they begin or change, not at every sync (each
+    /// repeat would patch the event's series: an API write per sync with nothing new in it).
+    fn worth_telling(&self, note: &Note, uid: &str, target: &TargetState) -> bool {
+        match note.reason {
+            // Once per count asked for: the number starting falls as the pods load.
+            events::STARTING_COUNTED => self.ctx.first_time(
+                events::STARTING_COUNTED,
+                &format!("{uid}/{}", target.spec_replicas),
+            ),
+            events::SCALE_DOWN_STABILIZED | events::SCALE_UP_STABILIZED => {
+                self.ctx.changed(note.reason, uid, &note.message)
+            }
+            _ => true,
+        }
     }
 
     async fn write_status(

@@ -13,10 +13,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use thiserror::Error;
 use tokio::sync::Mutex;
-use tokio_util::sync::CancellationToken;
 
 use super::target::Target;
 use crate::api::TargetRef;
+use crate::supervisor::Supervisor;
 
 /// How long a sync waits for a freshly started watch to list its kind.
 const SYNC_TIMEOUT: Duration = Duration::from_secs(20);
@@ -52,16 +52,16 @@ pub(crate) const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-config
 pub struct TargetWatches {
     client: Client,
     namespace: Option<String>,
-    shutdown: CancellationToken,
+    supervisor: Supervisor,
     watches: Mutex<HashMap<GroupVersionKind, Arc<Watch>>>,
 }
 
 impl TargetWatches {
-    pub fn new(client: Client, namespace: Option<String>, shutdown: CancellationToken) -> Self {
+    pub fn new(client: Client, namespace: Option<String>, supervisor: Supervisor) -> Self {
         Self {
             client,
             namespace,
-            shutdown,
+            supervisor,
             watches: Mutex::default(),
         }
     }
@@ -120,25 +120,27 @@ impl TargetWatches {
                 .map_ok(compact),
         );
         let kind = resource.kind.clone();
-        let shutdown = self.shutdown.clone();
+        let shutdown = self.supervisor.shutdown();
         let (synced_tx, synced) = tokio::sync::watch::channel(false);
-        tokio::spawn(async move {
-            let run = stream.for_each(|event| {
-                match event {
-                    // The reflector has applied the event to the store before passing it on.
-                    Ok(watcher::Event::InitDone) => {
-                        synced_tx.send_replace(true);
+        // A watch that ended would leave a cache that looks synced and never changes again.
+        self.supervisor
+            .spawn_service(format!("{kind} target watch"), async move {
+                let run = stream.for_each(|event| {
+                    match event {
+                        // The reflector has applied the event to the store before passing it on.
+                        Ok(watcher::Event::InitDone) => {
+                            synced_tx.send_replace(true);
+                        }
+                        Ok(_) => {}
+                        Err(error) => tracing::warn!(%kind, %error, "target watch error; retrying"),
                     }
-                    Ok(_) => {}
-                    Err(error) => tracing::warn!(%kind, %error, "target watch error; retrying"),
+                    futures::future::ready(())
+                });
+                tokio::select! {
+                    () = run => {}
+                    () = shutdown.cancelled() => {}
                 }
-                futures::future::ready(())
             });
-            tokio::select! {
-                () = run => {}
-                () = shutdown.cancelled() => {}
-            }
-        });
         tracing::info!(kind = %resource.kind, api_version = %resource.api_version, "watching targets");
         let watch = Arc::new(Watch {
             resource,

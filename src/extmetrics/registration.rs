@@ -16,6 +16,7 @@ use tokio::sync::watch;
 use super::certs::Material;
 use super::server::{GROUP, VERSION};
 use crate::leader::Leadership;
+use crate::supervisor::Supervisor;
 
 pub const APISERVICE: &str = "v1beta1.external.metrics.k8s.io";
 /// The label that makes an APIService ours: set on the ones the operator creates, and by the
@@ -114,19 +115,26 @@ impl Registrar {
         self,
         mut certificates: watch::Receiver<Material>,
         leadership: Leadership,
+        supervisor: &Supervisor,
     ) {
         let mut leading = leadership.changes();
         if leadership.may_write() {
             let first = certificates.borrow_and_update().ca_bundle.clone();
             self.register(first.as_deref()).await;
         }
-        tokio::spawn(async move {
-            // Without an election the leadership channel is closed from the start: it then
-            // simply stops counting as a reason to wake up.
+        let shutdown = supervisor.shutdown();
+        supervisor.spawn_service("APIService registration", async move {
+            // Without an election the leadership channel is closed from the start, and a fixed
+            // certificate has no sender: each then simply stops counting as a reason to wake up.
             let mut election = true;
+            let mut rotating = true;
             loop {
                 tokio::select! {
-                    changed = certificates.changed() => if changed.is_err() { return },
+                    () = shutdown.cancelled() => return,
+                    changed = certificates.changed(), if rotating => if changed.is_err() {
+                        rotating = false;
+                        continue;
+                    },
                     changed = leading.changed(), if election => if changed.is_err() {
                         election = false;
                         continue;

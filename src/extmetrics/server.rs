@@ -287,7 +287,8 @@ pub async fn serve(
     let handle = axum_server::Handle::new();
     let stopper = handle.clone();
     let reloaded = tls.clone();
-    tokio::spawn(async move {
+    // Runs alongside the server, in the same task: it ends at shutdown, and so does the server.
+    let reload = async move {
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => break,
@@ -307,13 +308,13 @@ pub async fn serve(
             }
         }
         stopper.graceful_shutdown(Some(std::time::Duration::from_secs(5)));
-    });
-    axum_server::tls_rustls::from_tcp_rustls(listener, tls)
+    };
+    let server = axum_server::tls_rustls::from_tcp_rustls(listener, tls)
         .map_err(|source| ServeError::Serve { addr, source })?
         .handle(handle)
-        .serve(router(state).into_make_service())
-        .await
-        .map_err(|source| ServeError::Serve { addr, source })
+        .serve(router(state).into_make_service());
+    let (served, ()) = tokio::join!(server, reload);
+    served.map_err(|source| ServeError::Serve { addr, source })
 }
 
 /// TLS 1.2+ with any (or no) client certificate; trust is decided per request.

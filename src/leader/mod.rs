@@ -35,6 +35,15 @@ impl Leadership {
         }
     }
 
+    /// A standby that never leads (tests of what a standby does).
+    #[cfg(test)]
+    pub fn never() -> Self {
+        Self {
+            until: Some(Arc::new(Mutex::new(None))),
+            changes: watch::channel(false).1,
+        }
+    }
+
     pub fn may_write(&self) -> bool {
         match &self.until {
             None => true,

@@ -223,7 +223,7 @@ impl Operator {
             client.clone(),
             scope,
             shared,
-            shutdown.clone(),
+            llmscaleoperator::supervisor::Supervisor::new(shutdown.clone()),
         ));
         Self {
             shutdown,

@@ -13,10 +13,10 @@ use std::time::Duration;
 use kube::Client;
 use thiserror::Error;
 use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 
 pub use plan::Policy;
 
+use crate::supervisor::Supervisor;
 use crate::tls::{self, CertifiedPem, TlsError};
 
 /// What the server presents, and the CA bundle that trusts it (when known).
@@ -82,7 +82,7 @@ const FILE_POLL: Duration = Duration::from_secs(10);
 pub async fn start(
     source: Source,
     client: Client,
-    shutdown: CancellationToken,
+    supervisor: &Supervisor,
 ) -> Result<watch::Receiver<Material>, CertError> {
     match source {
         Source::Ephemeral { names } => {
@@ -96,7 +96,8 @@ pub async fn start(
         Source::Files { cert, key, ca } => {
             let first = read_files(&cert, &key, ca.as_ref())?;
             let (tx, rx) = watch::channel(first);
-            tokio::spawn(async move {
+            let shutdown = supervisor.shutdown();
+            supervisor.spawn_service("serving certificate file poll", async move {
                 loop {
                     tokio::select! {
                         () = shutdown.cancelled() => return,
@@ -117,9 +118,9 @@ pub async fn start(
             name,
             names,
             policy,
-        } => secret::managed(client, namespace, name, names, policy, shutdown).await,
+        } => secret::managed(client, namespace, name, names, policy, supervisor).await,
         Source::ExistingSecret { namespace, name } => {
-            secret::existing(client, namespace, name, shutdown).await
+            secret::existing(client, namespace, name, supervisor).await
         }
     }
 }

@@ -11,10 +11,10 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 
 use super::plan::{self, Observed, Plan, Policy};
 use super::{CertError, Material, publish, usable};
+use crate::supervisor::Supervisor;
 use crate::tls::{self, CaPem, CertifiedPem};
 
 const TLS_CRT: &str = "tls.crt";
@@ -220,7 +220,7 @@ pub async fn managed(
     name: String,
     names: Vec<String>,
     policy: Policy,
-    shutdown: CancellationToken,
+    supervisor: &Supervisor,
 ) -> Result<watch::Receiver<Material>, CertError> {
     let api: Api<Secret> = Api::namespaced(client, &namespace);
     let managed = Managed {
@@ -232,7 +232,8 @@ pub async fn managed(
     };
     let (first, mut recheck_in) = managed.reconcile().await?;
     let (tx, rx) = watch::channel(first);
-    tokio::spawn(async move {
+    let shutdown = supervisor.shutdown();
+    supervisor.spawn_service("managed serving certificate Secret watch", async move {
         let mut changes = Box::pin(name_watch(api, &managed.name));
         loop {
             tokio::select! {
@@ -283,12 +284,13 @@ pub async fn existing(
     client: Client,
     namespace: String,
     name: String,
-    shutdown: CancellationToken,
+    supervisor: &Supervisor,
 ) -> Result<watch::Receiver<Material>, CertError> {
     let api: Api<Secret> = Api::namespaced(client, &namespace);
     let first = read_existing(&api, &namespace, &name).await?;
     let (tx, rx) = watch::channel(first);
-    tokio::spawn(async move {
+    let shutdown = supervisor.shutdown();
+    supervisor.spawn_service("serving certificate Secret watch", async move {
         let mut changes = Box::pin(name_watch(api.clone(), &name));
         loop {
             tokio::select! {

@@ -1,0 +1,558 @@
+//! The fast tier: whole syncs (`reconcile`) against an in-process apiserver, in milliseconds and
+//! without a cluster. It covers the controller's own glue — which failure gets which reason, what
+//! a dry run and a standby write, which events are told once — and records every request, so a
+//! test asserts what reached the API server. What the real apiserver enforces (admission, SSA,
+//! RBAC, watches) stays with the integration tests on the real control plane.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use http::{Method, Request, Response, StatusCode};
+use kube::client::Body;
+use kube::runtime::controller::Action;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::reconcile::reconcile;
+use super::{Context, Shared};
+use crate::api::LLMScaler;
+use crate::leader::Leadership;
+use crate::signals::allow::AllowList;
+use crate::signals::cache::{MetricCache, ScalerKey};
+use crate::telemetry::metrics::Metrics;
+
+const NS: &str = "ns";
+
+/// One request the fake apiserver answered.
+#[derive(Debug, Clone)]
+struct Seen {
+    method: Method,
+    path: String,
+    body: Value,
+}
+
+impl Seen {
+    fn is_write(&self) -> bool {
+        self.method != Method::GET
+    }
+}
+
+/// What the fake apiserver holds: the Deployments of namespace `ns` and every request seen.
+#[derive(Default)]
+struct State {
+    deployments: Vec<Value>,
+    seen: Vec<Seen>,
+}
+
+/// An apiserver that serves just what a sync of a Deployment target reads (discovery of apps/v1,
+/// a list of Deployments, pods) and accepts what it writes (the scale apply, the status patch,
+/// events), answering each write with a valid object.
+#[derive(Clone, Default)]
+struct FakeApi(Arc<Mutex<State>>);
+
+impl FakeApi {
+    fn with_deployment(self, name: &str, replicas: i32) -> Self {
+        self.lock().deployments.push(json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": { "name": name, "namespace": NS, "uid": format!("uid-{name}"),
+                          "resourceVersion": "1", "generation": 1 },
+            "spec": {
+                "replicas": replicas,
+                "selector": { "matchLabels": { "app": name } },
+                "template": { "metadata": { "labels": { "app": name } },
+                              "spec": { "containers": [{ "name": "c", "image": "i" }] } }
+            },
+            "status": { "replicas": replicas, "readyReplicas": replicas,
+                        "updatedReplicas": replicas, "availableReplicas": replicas,
+                        "observedGeneration": 1 }
+        }));
+        self
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn writes(&self) -> Vec<Seen> {
+        self.lock()
+            .seen
+            .iter()
+            .filter(|s| s.is_write())
+            .cloned()
+            .collect()
+    }
+
+    /// Bodies of the events created, as (reason, note).
+    fn events(&self) -> Vec<(String, String)> {
+        self.writes()
+            .into_iter()
+            .filter(|s| s.method == Method::POST && s.path.ends_with("/events"))
+            .map(|s| {
+                (
+                    s.body["reason"].as_str().unwrap_or_default().to_owned(),
+                    s.body["note"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    /// Patches of an event's series (a repeat the Recorder folded).
+    fn event_repeats(&self) -> usize {
+        self.writes()
+            .iter()
+            .filter(|s| s.method == Method::PATCH && s.path.contains("/events/"))
+            .count()
+    }
+
+    /// The last status patched onto the scaler.
+    fn status(&self) -> Option<Value> {
+        self.writes()
+            .into_iter()
+            .rev()
+            .find(|s| s.path.ends_with("/status"))
+            .map(|s| s.body["status"].clone())
+    }
+
+    /// The replica counts applied to Deployment `name`.
+    fn scale_writes(&self, name: &str) -> Vec<i64> {
+        let path = format!("/apis/apps/v1/namespaces/{NS}/deployments/{name}");
+        self.writes()
+            .into_iter()
+            .filter(|s| s.method == Method::PATCH && s.path == path)
+            .filter_map(|s| s.body["spec"]["replicas"].as_i64())
+            .collect()
+    }
+
+    fn client(&self) -> kube::Client {
+        let api = self.clone();
+        let service = tower::service_fn(move |request: Request<Body>| {
+            let api = api.clone();
+            async move { api.answer(request).await }
+        });
+        kube::Client::new(service, NS)
+    }
+
+    async fn answer(&self, request: Request<Body>) -> Result<Response<Body>, kube::Error> {
+        let (parts, body) = request.into_parts();
+        let bytes = body.collect_bytes().await?;
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        let path = parts.uri.path().to_owned();
+        let query = parts.uri.query().unwrap_or_default().to_owned();
+        if query.contains("watch=true") {
+            // A watch that never sends anything: the list before it is all a sync needs.
+            return futures::future::pending().await;
+        }
+        self.lock().seen.push(Seen {
+            method: parts.method.clone(),
+            path: path.clone(),
+            body: body.clone(),
+        });
+        let deployments = format!("/apis/apps/v1/namespaces/{NS}/deployments");
+        let (status, reply) = match (&parts.method, path.as_str()) {
+            (&Method::GET, "/apis/apps/v1") => (StatusCode::OK, apps_v1()),
+            (&Method::GET, p) if p == deployments => (
+                StatusCode::OK,
+                json!({ "apiVersion": "apps/v1", "kind": "DeploymentList",
+                        "metadata": { "resourceVersion": "1" },
+                        "items": self.lock().deployments.clone() }),
+            ),
+            (&Method::GET, p) if p.ends_with("/pods") => (
+                StatusCode::OK,
+                json!({ "apiVersion": "v1", "kind": "PodList",
+                        "metadata": { "resourceVersion": "1" }, "items": [] }),
+            ),
+            (&Method::PATCH, p) if p.starts_with(&format!("{deployments}/")) => {
+                let name = p.rsplit('/').next().unwrap_or_default();
+                let found = self
+                    .lock()
+                    .deployments
+                    .iter()
+                    .find(|d| d["metadata"]["name"] == name)
+                    .cloned();
+                match found {
+                    Some(d) => (StatusCode::OK, d),
+                    None => not_found(),
+                }
+            }
+            (&Method::PATCH, p) if p.ends_with("/status") => (StatusCode::OK, scaler_reply(p)),
+            (&Method::POST, p) if p.ends_with("/events") => {
+                let mut event = body;
+                event["metadata"]["name"] = json!(format!("e{}", self.lock().seen.len()));
+                (StatusCode::CREATED, event)
+            }
+            (&Method::PATCH, p) if p.contains("/events/") => (
+                StatusCode::OK,
+                json!({ "apiVersion": "events.k8s.io/v1", "kind": "Event",
+                        "metadata": { "name": p.rsplit('/').next(), "namespace": NS },
+                        "eventTime": "2026-01-01T00:00:00.000000Z" }),
+            ),
+            _ => not_found(),
+        };
+        let bytes = serde_json::to_vec(&reply).unwrap_or_default();
+        Ok(Response::builder()
+            .status(status)
+            .header("content-type", "application/json")
+            .body(Body::from(bytes))
+            .unwrap_or_else(|_| Response::new(Body::empty())))
+    }
+}
+
+fn apps_v1() -> Value {
+    json!({
+        "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "apps/v1",
+        "resources": [
+            { "name": "deployments", "singularName": "deployment", "namespaced": true,
+              "kind": "Deployment", "verbs": ["get", "list", "watch", "patch"] },
+            { "name": "deployments/scale", "singularName": "", "namespaced": true,
+              "group": "autoscaling", "version": "v1", "kind": "Scale",
+              "verbs": ["get", "patch", "update"] }
+        ]
+    })
+}
+
+fn not_found() -> (StatusCode, Value) {
+    (
+        StatusCode::NOT_FOUND,
+        json!({ "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                "reason": "NotFound", "code": 404, "message": "not found" }),
+    )
+}
+
+/// A valid LLMScaler for the reply to a status patch (its content is not read).
+fn scaler_reply(path: &str) -> Value {
+    let name = path
+        .trim_end_matches("/status")
+        .rsplit('/')
+        .next()
+        .unwrap_or_default();
+    let mut scaler = scaler_json(name, "http://127.0.0.1:1", json!({}));
+    scaler["metadata"]["namespace"] = json!(NS);
+    scaler
+}
+
+fn scaler_json(name: &str, server: &str, extra: Value) -> Value {
+    let mut spec = json!({
+        "targetRef": { "apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm" },
+        "serverAddress": server,
+        "minReplicas": 1, "maxReplicas": 10,
+        "metrics": [{ "name": "kv", "query": "avg(kv)", "target": "1" }],
+        "scaleDown": { "stabilizationWindowSeconds": 0 },
+        "scaleUp": { "policies": [] },
+        "startupSeconds": 0
+    });
+    for (key, value) in extra.as_object().into_iter().flatten() {
+        spec[key] = value.clone();
+    }
+    json!({
+        "apiVersion": "autoscaling.modelsphere.dev/v1alpha1", "kind": "LLMScaler",
+        "metadata": { "name": name, "namespace": NS, "uid": format!("uid-{name}"),
+                      "generation": 1, "resourceVersion": "1" },
+        "spec": spec
+    })
+}
+
+/// A Prometheus that answers every query with one series of value `value`.
+async fn prometheus(value: f64) -> String {
+    let reply = json!({ "status": "success", "data": { "resultType": "vector",
+        "result": [{ "metric": {}, "value": [1.0, value.to_string()] }] } });
+    let app = axum::Router::new().fallback(move || {
+        let reply = reply.clone();
+        async move { axum::Json(reply) }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{address}")
+}
+
+/// A scaler, the fake apiserver and a context, built step by step.
+struct Harness {
+    api: FakeApi,
+    ctx: Arc<Context>,
+    cache: MetricCache,
+    metrics: Metrics,
+    _shutdown: tokio_util::sync::DropGuard,
+}
+
+impl Harness {
+    fn new(api: FakeApi, leadership: Leadership) -> Self {
+        crate::tls::install_crypto_provider().ok();
+        let cache = MetricCache::default();
+        let metrics = Metrics::default();
+        let shutdown = CancellationToken::new();
+        let shared = Shared {
+            cache: cache.clone(),
+            metrics: metrics.clone(),
+            http: crate::signals::http::client().expect("http client"),
+            instance: None,
+            leadership,
+            allowed: AllowList::parse::<&str>(&[]).expect("allow all"),
+        };
+        let supervisor = crate::supervisor::Supervisor::new(shutdown.clone());
+        let ctx = Context::new(api.client(), Some(NS.to_owned()), shared, supervisor);
+        Self {
+            api,
+            ctx: Arc::new(ctx),
+            cache,
+            metrics,
+            _shutdown: shutdown.drop_guard(),
+        }
+    }
+
+    fn leader(api: FakeApi) -> Self {
+        Self::new(api, Leadership::always())
+    }
+
+    async fn sync(&self, scaler: &Value) -> Action {
+        let scaler: LLMScaler = serde_json::from_value(scaler.clone()).expect("a valid scaler");
+        reconcile(Arc::new(scaler), self.ctx.clone())
+            .await
+            .expect("the sync completes")
+    }
+
+    fn cached(&self, name: &str) -> Option<crate::signals::cache::ScalerSnapshot> {
+        self.cache.get(&ScalerKey {
+            namespace: NS.to_owned(),
+            name: name.to_owned(),
+        })
+    }
+
+    fn exposition(&self) -> String {
+        self.metrics.encode().expect("metrics encode")
+    }
+}
+
+fn condition(status: &Value, type_: &str) -> (String, String, String) {
+    let c = status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == type_)
+        .cloned()
+        .unwrap_or(Value::Null);
+    let text = |field: &str| c[field].as_str().unwrap_or_default().to_owned();
+    (text("status"), text("reason"), text("message"))
+}
+
+#[tokio::test]
+async fn a_hot_metric_scales_up_and_every_writer_output_says_so() {
+    let server = prometheus(3.0).await;
+    let h = Harness::leader(FakeApi::default().with_deployment("vllm", 2));
+    let action = h.sync(&scaler_json("s", &server, json!({}))).await;
+
+    assert_eq!(action, Action::requeue(std::time::Duration::from_secs(15)));
+    assert_eq!(h.api.scale_writes("vllm"), vec![6], "2 ready × 3 / 1");
+    let status = h.api.status().expect("a status written");
+    assert_eq!(status["desiredReplicas"], 6);
+    assert_eq!(condition(&status, "Ready").1, "Synced");
+    let events = h.api.events();
+    assert!(
+        events
+            .iter()
+            .any(|(r, n)| r == "ScaledUp" && n.contains("from 2 to 6")),
+        "{events:?}"
+    );
+    assert_eq!(h.cached("s").expect("cached").desired_replicas, 6);
+    assert!(
+        h.exposition()
+            .contains(r#"llmscaler_syncs_total{namespace="ns",scaler="s",result="scaled"} 1"#)
+    );
+}
+
+#[tokio::test]
+async fn each_failure_is_its_reason_in_the_condition_the_event_and_the_metric() {
+    let server = prometheus(1.0).await;
+    let cases = [
+        // The target does not exist.
+        (
+            scaler_json(
+                "missing",
+                &server,
+                json!({ "targetRef": { "apiVersion": "apps/v1", "kind": "Deployment", "name": "gone" } }),
+            ),
+            "TargetNotFound",
+            "Deployment gone not found in namespace ns",
+        ),
+        // A kind the API server does not serve.
+        (
+            scaler_json(
+                "kind",
+                &server,
+                json!({ "targetRef": { "apiVersion": "example.com/v1", "kind": "Model", "name": "m" } }),
+            ),
+            "UnknownTargetKind",
+            "does not serve kind Model in example.com/v1",
+        ),
+        // A tolerance admission refuses today, on an object stored before the rule.
+        (
+            scaler_json("tol", &server, json!({ "scaleUp": { "tolerance": "2" } })),
+            "InvalidSpec",
+            "scaleUp.tolerance is \"2\"",
+        ),
+        // The Custom provider without its block.
+        (
+            scaler_json("custom", &server, json!({ "metricProvider": "Custom" })),
+            "InvalidSpec",
+            "customProvider is required",
+        ),
+    ];
+    for (scaler, reason, fragment) in cases {
+        let h = Harness::leader(FakeApi::default().with_deployment("vllm", 2));
+        let name = scaler["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let action = h.sync(&scaler).await;
+        assert_eq!(
+            action,
+            Action::requeue(std::time::Duration::from_secs(10)),
+            "{name}: retried after retryPeriodSeconds"
+        );
+        let status = h.api.status().expect("a status written");
+        let (ok, got, message) = condition(&status, "Ready");
+        assert_eq!((ok.as_str(), got.as_str()), ("False", reason), "{name}");
+        assert!(message.contains(fragment), "{name}: {message}");
+        let events = h.api.events();
+        assert!(
+            events
+                .iter()
+                .any(|(r, n)| r == reason && n.contains(fragment)),
+            "{name}: {events:?}"
+        );
+        assert!(
+            h.api.scale_writes("vllm").is_empty(),
+            "{name}: nothing scaled"
+        );
+        assert!(h.cached(&name).is_none(), "{name}: nothing served");
+        let expected = format!(
+            r#"llmscaler_sync_failures_total{{namespace="ns",scaler="{name}",reason="{reason}"}} 1"#
+        );
+        assert!(h.exposition().contains(&expected), "{name}: {expected}");
+    }
+}
+
+#[tokio::test]
+async fn a_dry_run_reports_what_it_would_do_and_writes_nothing_to_the_target() {
+    let server = prometheus(3.0).await;
+    let h = Harness::leader(FakeApi::default().with_deployment("vllm", 2));
+    let mut scaler = scaler_json("dry", &server, json!({}));
+    scaler["metadata"]["annotations"] = json!({ super::reconcile::DRY_RUN_ANNOTATION: "true" });
+    h.sync(&scaler).await;
+
+    assert!(h.api.scale_writes("vllm").is_empty());
+    assert_eq!(h.api.status().expect("status")["desiredReplicas"], 6);
+    let events = h.api.events();
+    assert!(
+        events
+            .iter()
+            .any(|(r, n)| r == "WouldScaleUp" && n.contains("dry run: nothing written")),
+        "{events:?}"
+    );
+    assert_eq!(h.cached("dry").expect("cached").desired_replicas, 6);
+}
+
+#[tokio::test]
+async fn a_standby_decides_and_serves_but_writes_nothing_at_all() {
+    let server = prometheus(3.0).await;
+    let h = Harness::new(
+        FakeApi::default().with_deployment("vllm", 2),
+        Leadership::never(),
+    );
+    h.sync(&scaler_json(
+        "s",
+        &server,
+        json!({ "preemption": { "enable": true } }),
+    ))
+    .await;
+    assert_eq!(
+        h.api.writes().len(),
+        0,
+        "no scale, status or event: {:?}",
+        h.api.writes()
+    );
+    assert_eq!(
+        h.cached("s").expect("the standby serves").desired_replicas,
+        6
+    );
+
+    // A failure on a standby is not reported either, and nothing stale is served.
+    h.sync(&scaler_json(
+        "s",
+        &server,
+        json!({ "targetRef": { "apiVersion": "apps/v1", "kind": "Deployment", "name": "gone" } }),
+    ))
+    .await;
+    assert_eq!(h.api.writes().len(), 0);
+    assert!(h.cached("s").is_none());
+}
+
+#[tokio::test]
+async fn spec_notices_are_told_once_and_a_settled_sync_writes_nothing() {
+    let server = prometheus(1.0).await;
+    let h = Harness::leader(FakeApi::default().with_deployment("vllm", 2));
+    let scaler = scaler_json(
+        "s",
+        &server,
+        json!({ "preemption": { "enable": true, "priorityClass": "high" } }),
+    );
+    h.sync(&scaler).await;
+    let told: Vec<_> = h
+        .api
+        .events()
+        .into_iter()
+        .filter(|(r, _)| r == "PreemptionIgnored")
+        .collect();
+    assert_eq!(told.len(), 1, "{told:?}");
+
+    // The next syncs see the status they wrote: settled, nothing new to tell.
+    let mut stored = scaler.clone();
+    stored["status"] = h.api.status().expect("status");
+    let before = h.api.writes().len();
+    for _ in 0..3 {
+        h.sync(&stored).await;
+    }
+    assert_eq!(
+        h.api.writes().len(),
+        before,
+        "a settled sync is no API write: {:?}",
+        &h.api.writes()[before..]
+    );
+    assert_eq!(h.api.event_repeats(), 0);
+}
+
+#[tokio::test]
+async fn a_held_scale_down_is_told_when_it_begins_and_when_it_changes_not_every_sync() {
+    let h = Harness::leader(FakeApi::default().with_deployment("vllm", 6));
+    let calm = prometheus(0.5).await;
+    let scaler = scaler_json(
+        "s",
+        &calm,
+        json!({ "scaleDown": { "stabilizationWindowSeconds": 300 } }),
+    );
+    let mut stored = scaler.clone();
+    for _ in 0..4 {
+        h.sync(&stored).await;
+        stored["status"] = h.api.status().expect("status");
+    }
+    let held = |api: &FakeApi| -> Vec<String> {
+        api.events()
+            .into_iter()
+            .filter(|(r, _)| r == "ScaleDownStabilized")
+            .map(|(_, n)| n)
+            .collect()
+    };
+    let told = held(&h.api);
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert!(told[0].starts_with("3 recommended; held at 6"), "{told:?}");
+    assert_eq!(h.api.event_repeats(), 0);
+    assert!(h.api.scale_writes("vllm").is_empty(), "held");
+
+    // Calmer still: what is recommended changed, so it is told again.
+    let calmer = prometheus(0.25).await;
+    stored["spec"]["serverAddress"] = json!(calmer);
+    h.sync(&stored).await;
+    let told = held(&h.api);
+    assert_eq!(told.len(), 2, "{told:?}");
+    assert!(told[1].starts_with("2 recommended; held at 6"), "{told:?}");
+}
