@@ -26,7 +26,7 @@ use llmscaleoperator::extmetrics::authn::RequestHeader;
 use llmscaleoperator::extmetrics::certs::fixed;
 use llmscaleoperator::extmetrics::registration::{APISERVICE, Registration, Target, register};
 use llmscaleoperator::extmetrics::server::{ApiState, serve, watch_request_header};
-use llmscaleoperator::signals::cache::{CachedMetric, MetricCache, ScalerKey, ScalerSnapshot};
+use llmscaleoperator::metric_cache::{CachedMetric, MetricCache, ScalerKey, ScalerSnapshot};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
 };

@@ -1,12 +1,18 @@
 //! llmscaleoperator: autoscales LLM inference workloads on token-serving signals.
 //!
-//! `api` defines the LLMScaler resource, `controller` reconciles it against the cluster,
-//! `telemetry` sets up logging and health endpoints and `tls` holds the process-wide TLS setup.
+//! - `api`: the LLMScaler resource, its validation and its conversion to the control law's terms.
+//! - `scaling`: the control law, pure (the clock is passed in).
+//! - `signals`: where the numbers come from (Prometheus, a decision server) over one HTTP client.
+//! - `controller`: one sync per scaler, observe then write (see `controller::reconcile`).
+//! - `metric_cache`: what the controller hands to the external metrics API (`extmetrics`).
+//! - `leader`, `supervisor`, `telemetry`, `tls`, `names`: the process around them.
 
 pub mod api;
 pub mod controller;
 pub mod extmetrics;
 pub mod leader;
+pub mod metric_cache;
+pub mod names;
 pub mod scaling;
 pub mod signals;
 pub mod supervisor;

@@ -157,7 +157,7 @@ async fn scales_to_the_decision_and_forwards_headers() {
     assert!(decision.measured_at.is_some());
     let cached = operator
         .cache
-        .get(&llmscaleoperator::signals::cache::ScalerKey {
+        .get(&llmscaleoperator::metric_cache::ScalerKey {
             namespace: env.ns.clone(),
             name: "planner".into(),
         })

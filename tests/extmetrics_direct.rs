@@ -13,7 +13,7 @@ use kube::Client;
 use kube::api::Api;
 use llmscaleoperator::extmetrics::certs::fixed;
 use llmscaleoperator::extmetrics::server::{ApiState, serve, watch_request_header};
-use llmscaleoperator::signals::cache::{CachedMetric, MetricCache, ScalerKey, ScalerSnapshot};
+use llmscaleoperator::metric_cache::{CachedMetric, MetricCache, ScalerKey, ScalerSnapshot};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 

@@ -97,7 +97,7 @@ async fn scales_up_from_one_on_a_hot_metric_and_owns_only_spec_replicas() {
     // The cache the external metrics API reads holds what the controller acted on.
     let cached = operator
         .cache
-        .get(&llmscaleoperator::signals::cache::ScalerKey {
+        .get(&llmscaleoperator::metric_cache::ScalerKey {
             namespace: env.ns.clone(),
             name: "hot".into(),
         })
@@ -835,7 +835,7 @@ async fn a_dry_run_scaler_decides_and_reports_but_writes_nothing() {
     // Published all the same, for an HPA in advisory mode.
     let cached = operator
         .cache
-        .get(&llmscaleoperator::signals::cache::ScalerKey {
+        .get(&llmscaleoperator::metric_cache::ScalerKey {
             namespace: env.ns.clone(),
             name: "observer".into(),
         })

@@ -6,11 +6,11 @@ use prometheus_client::encoding::EncodeLabelValue;
 use thiserror::Error;
 
 use super::headers::HeadersError;
-use super::target::TargetError;
-use super::targets::TargetLookupError;
+use super::target_watches::TargetLookupError;
+use super::watched_target::TargetError;
 use crate::api::behavior::BehaviorError;
 use crate::signals::allow::AllowError;
-use crate::signals::decision::DecisionError;
+use crate::signals::decision_server::DecisionError;
 
 /// A failure the user can see and fix (a missing target, a spec the controller cannot use, a
 /// credential it cannot read) or the cluster refused a write. Each is reported on the scaler and
@@ -144,7 +144,9 @@ mod tests {
             (
                 SyncError::Headers(HeadersError::Secret {
                     name: "auth".into(),
-                    reason: "forbidden".into(),
+                    source: kube::Error::Api(Box::new(
+                        kube::core::Status::failure("forbidden", "Forbidden").with_code(403),
+                    )),
                 }),
                 FailureReason::SecretUnavailable,
             ),

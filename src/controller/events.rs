@@ -5,9 +5,9 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Resource, ResourceExt};
 
 use crate::api::{LLMScaler, MetricProvider};
+use crate::names::DECISION_METRIC;
 use crate::scaling::{
-    DECISION_METRIC, Decision, DeferReason, Direction, HoldReason, LimitReason, PlanReason, Reason,
-    TargetState,
+    Decision, DeferReason, Direction, HoldReason, LimitReason, PlanReason, Reason, TargetState,
 };
 
 /// The reason of the event that says pods still starting were counted as capacity.

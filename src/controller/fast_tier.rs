@@ -16,8 +16,8 @@ use super::reconcile::reconcile;
 use super::{Context, Shared};
 use crate::api::LLMScaler;
 use crate::leader::Leadership;
+use crate::metric_cache::{MetricCache, ScalerKey};
 use crate::signals::allow::AllowList;
-use crate::signals::cache::{MetricCache, ScalerKey};
 use crate::telemetry::metrics::Metrics;
 
 const NS: &str = "ns";
@@ -311,7 +311,7 @@ impl Harness {
             .expect("the sync completes")
     }
 
-    fn cached(&self, name: &str) -> Option<crate::signals::cache::ScalerSnapshot> {
+    fn cached(&self, name: &str) -> Option<crate::metric_cache::ScalerSnapshot> {
         self.cache.get(&ScalerKey {
             namespace: NS.to_owned(),
             name: name.to_owned(),
@@ -437,7 +437,7 @@ async fn a_dry_run_reports_what_it_would_do_and_writes_nothing_to_the_target() {
     let server = prometheus(3.0).await;
     let h = Harness::leader(FakeApi::default().with_deployment("vllm", 2));
     let mut scaler = scaler_json("dry", &server, json!({}));
-    scaler["metadata"]["annotations"] = json!({ super::reconcile::DRY_RUN_ANNOTATION: "true" });
+    scaler["metadata"]["annotations"] = json!({ crate::names::DRY_RUN_ANNOTATION: "true" });
     h.sync(&scaler).await;
 
     assert!(h.api.scale_writes("vllm").is_empty());

@@ -2,9 +2,8 @@
 //! keys of a Secret in its namespace. Every value is marked sensitive, and text a server sends
 //! back is scrubbed of them (`http::redact`), so a credential reaches no log, event or status.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -23,8 +22,12 @@ pub const SECRET_REFRESH: Duration = Duration::from_secs(30);
 pub enum HeadersError {
     #[error(transparent)]
     Spec(#[from] HttpError),
-    #[error("serverHeadersFrom: cannot read Secret {name}: {reason}")]
-    Secret { name: String, reason: String },
+    #[error("serverHeadersFrom: cannot read Secret {name}: {source}")]
+    Secret {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
     #[error("serverHeadersFrom: key {key:?} of Secret {secret} is not a valid HTTP header name")]
     KeyName { secret: String, key: String },
     #[error(
@@ -37,10 +40,21 @@ pub enum HeadersError {
 
 type SecretData = BTreeMap<String, ByteString>;
 
-/// Secrets read recently, by (namespace, name).
-#[derive(Default)]
+/// Secrets read recently, by (namespace, name); a read older than [`SECRET_REFRESH`] is
+/// forgotten, so a Secret that no scaler names any more does not stay in memory.
 pub struct SecretCache {
-    read: Mutex<HashMap<(String, String), (Instant, SecretData)>>,
+    read: moka::sync::Cache<(String, String), SecretData>,
+}
+
+impl Default for SecretCache {
+    fn default() -> Self {
+        Self {
+            read: moka::sync::Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(SECRET_REFRESH)
+                .build(),
+        }
+    }
 }
 
 impl SecretCache {
@@ -51,31 +65,17 @@ impl SecretCache {
         name: &str,
     ) -> Result<SecretData, HeadersError> {
         let key = (namespace.to_owned(), name.to_owned());
-        if let Some((at, data)) = self.lock().get(&key)
-            && at.elapsed() < SECRET_REFRESH
-        {
-            return Ok(data.clone());
+        if let Some(data) = self.read.get(&key) {
+            return Ok(data);
         }
         let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-        let secret = api.get(name).await.map_err(|e| HeadersError::Secret {
+        let secret = api.get(name).await.map_err(|source| HeadersError::Secret {
             name: name.to_owned(),
-            reason: e.to_string(),
+            source,
         })?;
         let data = secret.data.unwrap_or_default();
-        self.keep(key, data.clone(), Instant::now());
+        self.read.insert(key, data.clone());
         Ok(data)
-    }
-
-    /// Remembers a read, and forgets every read too old to be reused: a Secret that no scaler
-    /// names any more (its scaler deleted or pointed elsewhere) does not stay in memory.
-    fn keep(&self, key: (String, String), data: SecretData, now: Instant) {
-        let mut read = self.lock();
-        read.retain(|_, (at, _)| now.saturating_duration_since(*at) < SECRET_REFRESH);
-        read.insert(key, (now, data));
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), (Instant, SecretData)>> {
-        self.read.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -128,23 +128,6 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), ByteString(v.to_vec())))
             .collect()
-    }
-
-    #[test]
-    fn reads_too_old_to_reuse_are_forgotten() {
-        let cache = SecretCache::default();
-        let start = Instant::now();
-        let key = |name: &str| ("ns".to_owned(), name.to_owned());
-        cache.keep(key("gone"), data(&[("A", b"1")]), start);
-        cache.keep(
-            key("kept"),
-            data(&[("B", b"2")]),
-            start + SECRET_REFRESH / 2,
-        );
-        cache.keep(key("new"), data(&[("C", b"3")]), start + SECRET_REFRESH);
-        let mut names: Vec<_> = cache.lock().keys().map(|(_, n)| n.clone()).collect();
-        names.sort();
-        assert_eq!(names, ["kept", "new"]);
     }
 
     #[test]

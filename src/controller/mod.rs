@@ -10,9 +10,9 @@ mod reconcile;
 pub mod scale;
 mod startup;
 pub mod status;
-pub mod target;
-pub mod targets;
+pub mod target_watches;
 pub mod victims;
+pub mod watched_target;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,7 +23,7 @@ use kube::runtime::{Controller, WatchStreamExt, predicates, reflector, watcher};
 use kube::{Api, Client, ResourceExt};
 
 use crate::api::LLMScaler;
-use crate::signals::cache::{MetricCache, ScalerKey};
+use crate::metric_cache::{MetricCache, ScalerKey};
 use crate::supervisor::Supervisor;
 use crate::telemetry::metrics::Metrics;
 
@@ -36,7 +36,7 @@ pub struct Context {
     pub client: Client,
     /// One pool for every signal source.
     pub http: reqwest::Client,
-    pub targets: targets::TargetWatches,
+    pub targets: target_watches::TargetWatches,
     pub cache: MetricCache,
     pub recorder: Recorder,
     pub metrics: Metrics,
@@ -69,11 +69,15 @@ impl Context {
         supervisor: Supervisor,
     ) -> Self {
         let reporter = Reporter {
-            controller: "llmscaleoperator".to_owned(),
+            controller: crate::names::OPERATOR.to_owned(),
             instance: shared.instance,
         };
         Self {
-            targets: targets::TargetWatches::new(client.clone(), namespace, supervisor.clone()),
+            targets: target_watches::TargetWatches::new(
+                client.clone(),
+                namespace,
+                supervisor.clone(),
+            ),
             recorder: Recorder::new(client.clone(), reporter),
             http: shared.http,
             cache: shared.cache,
@@ -275,7 +279,7 @@ async fn run_one(
             // Never read; on a big fleet a large share of each cached scaler.
             .modify(|s| {
                 s.managed_fields_mut().clear();
-                s.annotations_mut().remove(targets::LAST_APPLIED);
+                s.annotations_mut().remove(target_watches::LAST_APPLIED);
             }),
     )
     .default_backoff()
@@ -327,7 +331,7 @@ fn forget_scaler(ctx: &Arc<Context>, scaler: &LLMScaler) {
         .flatten()
         .enumerate()
         .map(|(i, m)| reconcile::metric_name(m, i))
-        .chain(std::iter::once(crate::scaling::DECISION_METRIC.to_owned()))
+        .chain(std::iter::once(crate::names::DECISION_METRIC.to_owned()))
         .collect();
     ctx.metrics
         .forget(&namespace, &name, metric_names.iter().map(String::as_str));

@@ -23,16 +23,17 @@ use thiserror::Error;
 use super::error::SyncError;
 use super::events::{self, Note};
 use super::status::{self, Outcome, Scaler};
-use super::target::Target;
-use super::{Context, scale, startup, target, victims};
+use super::watched_target::WatchedTarget;
+use super::{Context, scale, startup, victims, watched_target};
 use crate::api::validation::parse_target;
 use crate::api::{LLMScaler, LLMScalerStatus, MetricProvider, StartupStatus};
+use crate::metric_cache::{CachedMetric, ScalerKey, ScalerSnapshot};
+use crate::names::{DECISION_METRIC, DRY_RUN_ANNOTATION};
 use crate::scaling::{
-    Bounds, DECISION_METRIC, Decision, Input, MetricReading, Reason, Signal, SkipReason,
-    TargetState, decide, effective_startup,
+    Bounds, Decision, Input, MetricReading, Reason, Signal, SkipReason, TargetState, decide,
+    effective_startup,
 };
-use crate::signals::cache::{CachedMetric, ScalerKey, ScalerSnapshot};
-use crate::signals::{decision, http, prometheus};
+use crate::signals::{decision_server, http, prometheus};
 use crate::telemetry::metrics::{
     FailureLabels, MetricLabels, ScaleLabels, ScalerLabels, SyncLabels, SyncResult,
 };
@@ -93,7 +94,7 @@ struct Observed {
     target_uid: String,
     /// How to write the target, and what the victim selection needs of it.
     resource: ApiResource,
-    object: Arc<Target>,
+    object: Arc<WatchedTarget>,
     /// The resolved serverHeaders, for the deletion-cost query.
     headers: HeaderMap,
     startup: Option<StartupStatus>,
@@ -146,7 +147,7 @@ async fn observe(
         name: target_ref.name.clone(),
         namespace: namespace.to_owned(),
     })?;
-    let observed = target::snapshot(&target_ref.kind, &target_ref.api_version, &object)?;
+    let observed = watched_target::snapshot(&target_ref.kind, &target_ref.api_version, &object)?;
 
     // Before any request: the address may be somewhere the operator must not call.
     ctx.allowed.check(&spec.server_address)?;
@@ -363,9 +364,6 @@ impl<'a> Writer<'a> {
     }
 }
 
-/// The annotation that turns a scaler into an observer: it decides and reports, and writes nothing.
-pub const DRY_RUN_ANNOTATION: &str = "autoscaling.modelsphere.dev/dry-run";
-
 fn is_dry_run(scaler: &LLMScaler) -> bool {
     scaler
         .annotations()
@@ -425,7 +423,7 @@ pub(super) fn metric_name(metric: &crate::api::MetricSpec, index: usize) -> Stri
     metric
         .name
         .clone()
-        .unwrap_or_else(|| format!("metric-{index}"))
+        .unwrap_or_else(|| crate::names::unnamed_metric(index))
 }
 
 /// Asks the decision server. A spec the controller cannot use fails the sync; an answer that
@@ -441,10 +439,11 @@ async fn read_decision(
         .custom_provider
         .as_ref()
         .ok_or(SyncError::NoCustomProvider)?;
-    let url = decision::decision_url(&spec.server_address, &provider.path, &provider.service_id)
-        .map_err(SyncError::DecisionUrl)?;
+    let url =
+        decision_server::decision_url(&spec.server_address, &provider.path, &provider.service_id)
+            .map_err(SyncError::DecisionUrl)?;
     let started = Instant::now();
-    let count = decision::fetch_decision(
+    let count = decision_server::fetch_decision(
         &ctx.http,
         &url,
         headers,

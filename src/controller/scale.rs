@@ -5,8 +5,7 @@ use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
 
-/// The field manager that owns spec.replicas of every target.
-pub const FIELD_MANAGER: &str = "llmscaleoperator";
+use crate::names::FIELD_MANAGER;
 
 /// Sets spec.replicas of the target to `replicas`.
 pub async fn write_replicas(

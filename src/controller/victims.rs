@@ -19,14 +19,13 @@ use thiserror::Error;
 
 use super::Context;
 use super::events::Note;
-use super::target::{self, Target};
+use super::watched_target::{self, WatchedTarget};
 use crate::api::{LLMScaler, MetricProvider, ScaleDownBehavior};
+use crate::names::MARK_MANAGER;
 use crate::scaling::{Candidate, Ranking, pick, victim_costs};
 use crate::signals::{http, prometheus};
 
 pub const DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
-/// Field manager of the marks (not the one owning spec.replicas).
-pub const MARK_MANAGER: &str = "llmscaleoperator-victims";
 const REVISION: &str = "deployment.kubernetes.io/revision";
 
 #[derive(Debug, Error)]
@@ -69,7 +68,7 @@ pub struct Marked {
 pub async fn mark(
     client: &Client,
     namespace: &str,
-    deployment: &Target,
+    deployment: &WatchedTarget,
     count: usize,
     warmth: Warmth<'_>,
 ) -> Result<Marked, VictimError> {
@@ -187,7 +186,7 @@ fn ours<K: ResourceExt>(object: &K) -> bool {
 }
 
 /// List parameters selecting the Deployment's pods (its full selector, expressions included).
-pub fn pods_of(deployment: &Target) -> Result<ListParams, VictimError> {
+pub fn pods_of(deployment: &WatchedTarget) -> Result<ListParams, VictimError> {
     match &deployment.selector {
         Some(Ok(selector)) => Ok(ListParams::default().labels(selector)),
         Some(Err(e)) => Err(VictimError::Selector(e.clone())),
@@ -202,7 +201,7 @@ pub fn pods_of(deployment: &Target) -> Result<ListParams, VictimError> {
 pub(super) async fn clear_after_delete(ctx: &Context, scaler: &LLMScaler) {
     let spec = &scaler.spec;
     let namespace = scaler.namespace().unwrap_or_default();
-    if !target::is_deployment(&spec.target_ref.kind, &spec.target_ref.api_version) {
+    if !watched_target::is_deployment(&spec.target_ref.kind, &spec.target_ref.api_version) {
         return;
     }
     let target = match ctx.targets.get(&spec.target_ref, &namespace).await {
@@ -237,14 +236,14 @@ pub(super) async fn for_sync(
     scaler: &LLMScaler,
     ctx: &Context,
     namespace: &str,
-    target: &Target,
+    target: &WatchedTarget,
     removed: usize,
     headers: &HeaderMap,
 ) -> Vec<Note> {
     let spec = &scaler.spec;
     let uid = scaler.uid().unwrap_or_default();
     let cache_aware = spec.scale_down.behavior == ScaleDownBehavior::CacheAware
-        && target::is_deployment(&spec.target_ref.kind, &spec.target_ref.api_version);
+        && watched_target::is_deployment(&spec.target_ref.kind, &spec.target_ref.api_version);
     let warn = |reason: &'static str, message: String| Note {
         warning: true,
         reason,
@@ -350,7 +349,7 @@ pub(super) async fn for_sync(
 async fn candidates(
     client: &Client,
     namespace: &str,
-    deployment: &Target,
+    deployment: &WatchedTarget,
     params: &ListParams,
 ) -> Result<Vec<Pod>, VictimError> {
     let uid = deployment.uid().unwrap_or_default();

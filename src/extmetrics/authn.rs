@@ -9,7 +9,7 @@
 //! TLS accepts any client certificate (or none); the checks happen per request, against the CA
 //! in force at that moment, so a rotated front-proxy CA needs no new TLS configuration.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::http::HeaderMap;
@@ -44,16 +44,13 @@ pub enum AuthnError {
     BadToken,
 }
 
-/// Leaf certificate (DER) -> when it was checked, and the outcome.
-type CheckedLeaves = HashMap<Vec<u8>, (std::time::Instant, Result<(), AuthnError>)>;
-
 /// The request-header settings published in kube-system/extension-apiserver-authentication.
 pub struct RequestHeader {
     verifier: Arc<dyn ClientCertVerifier>,
     /// Leaf certificates already checked against this CA, with the outcome: the aggregator
     /// sends the same one on every request, and a chain check per request would dominate.
     /// A rotated CA builds a new RequestHeader, so nothing stale survives a rotation.
-    checked: std::sync::Mutex<CheckedLeaves>,
+    checked: moka::sync::Cache<Vec<u8>, Result<(), AuthnError>>,
     pub allowed_names: Vec<String>,
     pub username_headers: Vec<String>,
     pub group_headers: Vec<String>,
@@ -111,7 +108,12 @@ impl RequestHeader {
             .map_err(|e| format!("requestheader-client-ca-file: {e}"))?;
         Ok(Self {
             verifier,
-            checked: Default::default(),
+            // A leaf keeps its verdict for a minute (a revocation by CA rotation is still
+            // honoured within that minute's precision).
+            checked: moka::sync::Cache::builder()
+                .max_capacity(1024)
+                .time_to_live(std::time::Duration::from_secs(60))
+                .build(),
             allowed_names,
             username_headers,
             group_headers,
@@ -178,29 +180,14 @@ impl RequestHeader {
         leaf: &CertificateDer<'_>,
         intermediates: &[CertificateDer<'_>],
     ) -> Result<(), AuthnError> {
-        const REMEMBER: std::time::Duration = std::time::Duration::from_secs(60);
         let key = leaf.as_ref().to_vec();
+        if intermediates.is_empty()
+            && let Some(outcome) = self.checked.get(&key)
         {
-            let checked = self
-                .checked
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if let Some((at, outcome)) = checked.get(&key)
-                && at.elapsed() < REMEMBER
-                && intermediates.is_empty()
-            {
-                return outcome.clone();
-            }
+            return outcome;
         }
         let outcome = self.verify(leaf, intermediates);
-        let mut checked = self
-            .checked
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if checked.len() >= 1024 {
-            checked.clear();
-        }
-        checked.insert(key, (std::time::Instant::now(), outcome.clone()));
+        self.checked.insert(key, outcome.clone());
         outcome
     }
 

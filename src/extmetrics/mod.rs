@@ -7,5 +7,5 @@ pub mod registration;
 pub mod review;
 pub mod selector;
 pub mod server;
-pub mod status;
+pub mod status_response;
 pub mod values;

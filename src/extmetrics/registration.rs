@@ -22,7 +22,7 @@ pub const APISERVICE: &str = "v1beta1.external.metrics.k8s.io";
 /// The label that makes an APIService ours: set on the ones the operator creates, and by the
 /// Helm chart on the one it installs (whose `app.kubernetes.io/managed-by` is Helm's).
 pub const OWNER_LABEL: &str = "autoscaling.modelsphere.dev/apiservice-owner";
-const US: &str = "llmscaleoperator";
+const US: &str = crate::names::OPERATOR;
 
 /// Where the aggregator should send requests.
 pub struct Target<'a> {

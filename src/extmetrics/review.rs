@@ -2,10 +2,8 @@
 //! Answers, allowed and denied alike, are remembered for a few seconds so a busy HPA does not
 //! turn into a review per request.
 
-use std::collections::HashMap;
 use std::hash::Hash;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{
@@ -13,11 +11,24 @@ use k8s_openapi::api::authorization::v1::{
 };
 use kube::Client;
 use kube::api::{Api, PostParams};
+use moka::sync::Cache;
 
 use super::authn::UserInfo;
 
 const TTL: Duration = Duration::from_secs(10);
-const MAX_ENTRIES: usize = 10_000;
+const MAX_ENTRIES: u64 = 10_000;
+
+/// Answers kept for [`TTL`], at most [`MAX_ENTRIES`] of them.
+fn remembered<K, V>() -> Cache<K, V>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    Cache::builder()
+        .max_capacity(MAX_ENTRIES)
+        .time_to_live(TTL)
+        .build()
+}
 
 /// What is being asked for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -28,60 +39,24 @@ pub enum Access {
     Path(String),
 }
 
-struct TtlCache<K, V> {
-    entries: Mutex<HashMap<K, (Instant, V)>>,
-}
-
-impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
-    fn new() -> Self {
-        Self {
-            entries: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn get(&self, key: &K) -> Option<V> {
-        let entries = self
-            .entries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        entries
-            .get(key)
-            .filter(|(at, _)| at.elapsed() < TTL)
-            .map(|(_, v)| v.clone())
-    }
-
-    fn put(&self, key: K, value: V) {
-        let mut entries = self
-            .entries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if entries.len() >= MAX_ENTRIES {
-            entries.retain(|_, (at, _)| at.elapsed() < TTL);
-        }
-        if entries.len() < MAX_ENTRIES {
-            entries.insert(key, (Instant::now(), value));
-        }
-    }
-}
-
 pub struct Reviewer {
     client: Client,
-    tokens: TtlCache<String, Option<UserInfo>>,
-    decisions: TtlCache<(UserInfo, Access), bool>,
+    tokens: Cache<String, Option<UserInfo>>,
+    decisions: Cache<(UserInfo, Access), bool>,
 }
 
 impl Reviewer {
     pub fn new(client: Client) -> Self {
         Self {
             client,
-            tokens: TtlCache::new(),
-            decisions: TtlCache::new(),
+            tokens: remembered(),
+            decisions: remembered(),
         }
     }
 
     /// The user behind a bearer token, or `None` if the API server does not accept it.
     pub async fn user_of(&self, token: &str) -> Result<Option<UserInfo>, kube::Error> {
-        if let Some(known) = self.tokens.get(&token.to_owned()) {
+        if let Some(known) = self.tokens.get(token) {
             return Ok(known);
         }
         let review = TokenReview {
@@ -102,7 +77,7 @@ impl Reviewer {
                 groups: u.groups.unwrap_or_default(),
                 extra: u.extra.unwrap_or_default().into_iter().collect(),
             });
-        self.tokens.put(token.to_owned(), user.clone());
+        self.tokens.insert(token.to_owned(), user.clone());
         Ok(user)
     }
 
@@ -149,7 +124,7 @@ impl Reviewer {
         let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
         let answer = api.create(&PostParams::default(), &review).await?;
         let allowed = answer.status.is_some_and(|s| s.allowed);
-        self.decisions.put(key, allowed);
+        self.decisions.insert(key, allowed);
         Ok(allowed)
     }
 }

@@ -25,9 +25,9 @@ use super::authn::{self, AuthnError, DeferredClientAuth, RequestHeader, UserInfo
 use super::certs::Material;
 use super::review::{Access, Reviewer};
 use super::selector::LabelSelector;
-use super::status::ApiError;
+use super::status_response::ApiError;
 use super::values::metric_values;
-use crate::signals::cache::MetricCache;
+use crate::metric_cache::MetricCache;
 use crate::tls::CertifiedPem;
 
 pub const GROUP: &str = "external.metrics.k8s.io";

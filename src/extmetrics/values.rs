@@ -10,11 +10,11 @@ use serde::Serialize;
 
 use super::quantity::format_quantity;
 use super::selector::LabelSelector;
-use super::status::ApiError;
-use crate::signals::cache::{MetricCache, ScalerSnapshot};
+use super::status_response::ApiError;
+use crate::metric_cache::{MetricCache, ScalerSnapshot};
 
 /// Name of the metric carrying each scaler's recommendation.
-pub const DESIRED_REPLICAS: &str = "desired-replicas";
+pub use crate::names::DESIRED_REPLICAS;
 
 const LIST_HEAD: &[u8] = br#"{"kind":"ExternalMetricValueList","apiVersion":"external.metrics.k8s.io/v1beta1","metadata":{},"items":["#;
 const LIST_TAIL: &[u8] = b"]}";
@@ -114,7 +114,7 @@ fn item<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signals::cache::{CachedMetric, ScalerKey};
+    use crate::metric_cache::{CachedMetric, ScalerKey};
 
     fn t(s: i64) -> Timestamp {
         Timestamp::from_second(1_800_000_000 + s).unwrap()

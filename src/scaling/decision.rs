@@ -9,7 +9,7 @@ use super::stabilization::{Entry, Hold, record, stabilized};
 use super::step::cap_scale_down;
 
 /// The name under which an absolute decision appears among the metrics (status, cache, events).
-pub const DECISION_METRIC: &str = "decision";
+use crate::names::DECISION_METRIC;
 
 /// The replica bounds of the spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -16,8 +16,8 @@ mod victims;
 
 pub use behavior::{Behavior, Change, MAX_CHANGES, PolicyKind, RatePolicy, Rules, Select};
 pub use decision::{
-    Bounds, DECISION_METRIC, Decision, DeferReason, Direction, HoldReason, Input, LimitReason,
-    Memory, MetricOutcome, MetricReading, PlanReason, Reason, Signal, TargetState, decide,
+    Bounds, Decision, DeferReason, Direction, HoldReason, Input, LimitReason, Memory,
+    MetricOutcome, MetricReading, PlanReason, Reason, Signal, TargetState, decide,
 };
 pub use forecast::Sample;
 pub use recommend::{SkipReason, TargetType, ratio_recommendation};

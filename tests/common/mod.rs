@@ -153,7 +153,7 @@ pub mod proxy;
 pub struct Operator {
     shutdown: tokio_util::sync::CancellationToken,
     task: Option<tokio::task::JoinHandle<()>>,
-    pub cache: llmscaleoperator::signals::cache::MetricCache,
+    pub cache: llmscaleoperator::metric_cache::MetricCache,
     pub metrics: llmscaleoperator::telemetry::metrics::Metrics,
 }
 
@@ -209,7 +209,7 @@ impl Operator {
     ) -> Self {
         use llmscaleoperator::controller::{self, Shared};
         let shutdown = tokio_util::sync::CancellationToken::new();
-        let cache = llmscaleoperator::signals::cache::MetricCache::default();
+        let cache = llmscaleoperator::metric_cache::MetricCache::default();
         let metrics = llmscaleoperator::telemetry::metrics::Metrics::default();
         let shared = Shared {
             cache: cache.clone(),

@@ -22,7 +22,7 @@ const TLS_KEY: &str = "tls.key";
 const CA_CRT: &str = "ca.crt";
 const CA_KEY: &str = "ca.key";
 const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
-const US: &str = "llmscaleoperator";
+const US: &str = crate::names::OPERATOR;
 /// After a failed look at the Secret, the next one comes this much later.
 const RETRY: Duration = Duration::from_secs(15);
 /// Writes lost to another replica before giving up for this round.

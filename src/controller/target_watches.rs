@@ -1,6 +1,6 @@
 //! Watch caches of scale targets, one reflector per kind, started the first time a scaler
 //! points at that kind. A sync reads its target from memory instead of GETting it, and only the
-//! few fields it reads are kept (`Target`).
+//! few fields it reads are kept (`WatchedTarget`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use kube::{Api, Client};
 use thiserror::Error;
 use tokio::sync::Mutex;
 
-use super::target::Target;
+use super::watched_target::WatchedTarget;
 use crate::api::TargetRef;
 use crate::supervisor::Supervisor;
 
@@ -38,7 +38,7 @@ pub enum TargetLookupError {
 
 struct Watch {
     resource: ApiResource,
-    store: Store<Target>,
+    store: Store<WatchedTarget>,
     /// Flips to true once the first list has been applied to `store`. Our own signal rather than
     /// `Store::wait_until_ready`, which was seen to leave one of several concurrent waiters
     /// asleep until its timeout.
@@ -71,7 +71,7 @@ impl TargetWatches {
         &self,
         target_ref: &TargetRef,
         namespace: &str,
-    ) -> Result<(ApiResource, Option<Arc<Target>>), TargetLookupError> {
+    ) -> Result<(ApiResource, Option<Arc<WatchedTarget>>), TargetLookupError> {
         let watch = self.watch(target_ref).await?;
         let mut synced = watch.synced.clone();
         let synced = tokio::time::timeout(SYNC_TIMEOUT, synced.wait_for(|ready| *ready)).await;
@@ -153,13 +153,13 @@ impl TargetWatches {
 }
 
 /// The event with each object reduced to what a sync reads, before the store keeps it.
-fn compact(event: watcher::Event<DynamicObject>) -> watcher::Event<Target> {
+fn compact(event: watcher::Event<DynamicObject>) -> watcher::Event<WatchedTarget> {
     use watcher::Event;
     match event {
-        Event::Apply(o) => Event::Apply(Target::from_object(&o)),
-        Event::Delete(o) => Event::Delete(Target::from_object(&o)),
+        Event::Apply(o) => Event::Apply(WatchedTarget::from_object(&o)),
+        Event::Delete(o) => Event::Delete(WatchedTarget::from_object(&o)),
         Event::Init => Event::Init,
-        Event::InitApply(o) => Event::InitApply(Target::from_object(&o)),
+        Event::InitApply(o) => Event::InitApply(WatchedTarget::from_object(&o)),
         Event::InitDone => Event::InitDone,
     }
 }

@@ -6,6 +6,7 @@
 
 use reqwest::Url;
 use reqwest::header::HeaderMap;
+use serde::Deserialize;
 use serde_json::Value;
 use thiserror::Error;
 
@@ -14,18 +15,27 @@ use super::http::{self, HttpError};
 /// The only reply schema understood. A later version may give `replicas` another meaning.
 pub const API_VERSION: &str = "llmscaling.inference.x-k8s.io/v1alpha1";
 
-#[derive(Debug, Error, PartialEq)]
+/// Why the decision server gave no usable count.
+#[derive(Debug, Error)]
 pub enum DecisionError {
-    #[error("{0}")]
-    Http(String),
+    #[error(transparent)]
+    Http(#[from] HttpError),
     #[error(
-        "serverAddress {address:?} with customProvider.path {path:?} is not a valid URL: {reason}"
+        "serverAddress {address:?} with customProvider.path {path:?} is not a valid URL: {source}"
     )]
     Url {
         address: String,
         path: String,
-        reason: String,
+        #[source]
+        source: url::ParseError,
     },
+    #[error(transparent)]
+    Reply(#[from] ReplyError),
+}
+
+/// What is wrong with a reply the server did send.
+#[derive(Debug, Error, PartialEq)]
+pub enum ReplyError {
     #[error("the decision server answered HTTP {0}")]
     Status(u16),
     #[error("the decision server's reply is not valid JSON: {0}")]
@@ -65,9 +75,46 @@ fn namespace_clause(namespace: Option<&str>) -> String {
         .unwrap_or_default()
 }
 
-impl From<HttpError> for DecisionError {
-    fn from(e: HttpError) -> Self {
-        Self::Http(e.to_string())
+/// The reply, as loosely typed as the checks below need: a field of the wrong type is reported
+/// by the check that reads it, not as a decoding failure of the whole reply.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Reply {
+    #[serde(default)]
+    api_version: Option<Value>,
+    #[serde(default)]
+    decisions: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Decision {
+    #[serde(default)]
+    service_id: Option<Value>,
+    #[serde(default)]
+    namespace: Option<Value>,
+    #[serde(default)]
+    replicas: Option<Replicas>,
+}
+
+#[derive(Deserialize)]
+struct Replicas {
+    /// `null` is present (and not a count), unlike a missing field.
+    #[serde(default, deserialize_with = "present")]
+    active: Option<Value>,
+}
+
+fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(deserializer).map(Some)
+}
+
+impl Decision {
+    fn service_id(&self) -> Option<&str> {
+        self.service_id.as_ref().and_then(Value::as_str)
+    }
+
+    fn namespace(&self) -> Option<&str> {
+        self.namespace.as_ref().and_then(Value::as_str)
     }
 }
 
@@ -79,10 +126,10 @@ pub fn decision_url(server: &str, path: &str, service_id: &str) -> Result<Url, D
         server.trim_end_matches('/'),
         path.trim_start_matches('/')
     );
-    let mut url = Url::parse(&joined).map_err(|e| DecisionError::Url {
+    let mut url = Url::parse(&joined).map_err(|source| DecisionError::Url {
         address: server.to_owned(),
         path: path.to_owned(),
-        reason: e.to_string(),
+        source,
     })?;
     url.query_pairs_mut().append_pair("serviceId", service_id);
     Ok(url)
@@ -98,7 +145,7 @@ pub async fn fetch_decision(
 ) -> Result<i32, DecisionError> {
     let request = client.get(url.clone()).headers(headers.clone());
     let (status, body) = http::send(request, url.as_str()).await?;
-    parse_reply(status.as_u16(), &body, service_id, namespace)
+    Ok(parse_reply(status.as_u16(), &body, service_id, namespace)?)
 }
 
 /// The replica count in a reply, or why there is none.
@@ -107,32 +154,34 @@ pub fn parse_reply(
     body: &[u8],
     service_id: &str,
     namespace: Option<&str>,
-) -> Result<i32, DecisionError> {
+) -> Result<i32, ReplyError> {
     if status != 200 {
-        return Err(DecisionError::Status(status));
+        return Err(ReplyError::Status(status));
     }
-    let reply: Value =
-        serde_json::from_slice(body).map_err(|e| DecisionError::Decode(e.to_string()))?;
-    match reply.get("apiVersion") {
+    let reply: Reply =
+        serde_json::from_slice(body).map_err(|e| ReplyError::Decode(e.to_string()))?;
+    match reply.api_version {
         Some(Value::String(v)) if v == API_VERSION => {}
-        Some(Value::String(v)) => return Err(DecisionError::UnknownSchema(v.clone())),
-        Some(other) => return Err(DecisionError::UnknownSchema(other.to_string())),
-        None => return Err(DecisionError::NoSchema),
+        Some(Value::String(v)) => return Err(ReplyError::UnknownSchema(v)),
+        Some(other) => return Err(ReplyError::UnknownSchema(other.to_string())),
+        None => return Err(ReplyError::NoSchema),
     }
-    let decisions = reply
-        .get("decisions")
-        .and_then(Value::as_array)
-        .ok_or(DecisionError::NoDecisions)?;
-    let matching: Vec<&Value> = decisions
+    let decisions: Vec<Decision> = match reply.decisions {
+        Some(Value::Array(items)) => items
+            .into_iter()
+            // An entry that is not a decision matches nothing.
+            .filter_map(|item| serde_json::from_value(item).ok())
+            .collect(),
+        _ => return Err(ReplyError::NoDecisions),
+    };
+    let matching: Vec<&Decision> = decisions
         .iter()
-        .filter(|d| d.get("serviceId").and_then(Value::as_str) == Some(service_id))
-        .filter(|d| {
-            namespace.is_none_or(|ns| d.get("namespace").and_then(Value::as_str) == Some(ns))
-        })
+        .filter(|d| d.service_id() == Some(service_id))
+        .filter(|d| namespace.is_none_or(|ns| d.namespace() == Some(ns)))
         .collect();
     let decision = match matching.as_slice() {
         [] => {
-            return Err(DecisionError::NoMatch {
+            return Err(ReplyError::NoMatch {
                 service_id: service_id.to_owned(),
                 namespace: namespace.map(str::to_owned),
                 count: decisions.len(),
@@ -140,13 +189,8 @@ pub fn parse_reply(
         }
         [one] => *one,
         [first, second, ..] => {
-            let ns = |d: &Value| {
-                d.get("namespace")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_owned()
-            };
-            return Err(DecisionError::Ambiguous {
+            let ns = |d: &Decision| d.namespace().unwrap_or("").to_owned();
+            return Err(ReplyError::Ambiguous {
                 service_id: service_id.to_owned(),
                 count: matching.len(),
                 first: ns(first),
@@ -155,13 +199,14 @@ pub fn parse_reply(
         }
     };
     let active = decision
-        .get("replicas")
-        .and_then(|r| r.get("active"))
-        .ok_or_else(|| DecisionError::MissingActive(service_id.to_owned()))?;
+        .replicas
+        .as_ref()
+        .and_then(|r| r.active.as_ref())
+        .ok_or_else(|| ReplyError::MissingActive(service_id.to_owned()))?;
     active
         .as_u64()
         .and_then(|n| i32::try_from(n).ok())
-        .ok_or_else(|| DecisionError::BadActive {
+        .ok_or_else(|| ReplyError::BadActive {
             service_id: service_id.to_owned(),
             value: active.to_string(),
         })
@@ -228,7 +273,7 @@ mod tests {
             assert!(
                 matches!(
                     parse_reply(200, &one(bad.clone()), "svc", None),
-                    Err(DecisionError::BadActive { .. })
+                    Err(ReplyError::BadActive { .. })
                 ),
                 "{bad}"
             );
@@ -236,12 +281,12 @@ mod tests {
         let empty = reply(json!([{ "serviceId": "svc", "replicas": {} }]));
         assert_eq!(
             parse_reply(200, &empty, "svc", None),
-            Err(DecisionError::MissingActive("svc".into()))
+            Err(ReplyError::MissingActive("svc".into()))
         );
         let none = reply(json!([{ "serviceId": "svc" }]));
         assert_eq!(
             parse_reply(200, &none, "svc", None),
-            Err(DecisionError::MissingActive("svc".into()))
+            Err(ReplyError::MissingActive("svc".into()))
         );
     }
 
@@ -251,7 +296,7 @@ mod tests {
         let err = parse_reply(200, v2.as_bytes(), "fallback-modelforge-01", None).unwrap_err();
         assert_eq!(
             err,
-            DecisionError::UnknownSchema("llmscaling.inference.x-k8s.io/v2".into())
+            ReplyError::UnknownSchema("llmscaling.inference.x-k8s.io/v2".into())
         );
         assert!(
             err.to_string()
@@ -260,12 +305,12 @@ mod tests {
         let bare = br#"{"decisions": []}"#;
         assert_eq!(
             parse_reply(200, bare, "svc", None),
-            Err(DecisionError::NoSchema)
+            Err(ReplyError::NoSchema)
         );
         let no_list = format!(r#"{{"apiVersion": "{API_VERSION}"}}"#);
         assert_eq!(
             parse_reply(200, no_list.as_bytes(), "svc", None),
-            Err(DecisionError::NoDecisions)
+            Err(ReplyError::NoDecisions)
         );
     }
 
@@ -279,7 +324,7 @@ mod tests {
         let err = parse_reply(200, &two, "svc", None).unwrap_err();
         assert_eq!(
             err,
-            DecisionError::Ambiguous {
+            ReplyError::Ambiguous {
                 service_id: "svc".into(),
                 count: 2,
                 first: "a".into(),
@@ -311,19 +356,19 @@ mod tests {
     fn transport_level_garbage_is_refused() {
         assert_eq!(
             parse_reply(502, b"<html>Bad Gateway</html>", "svc", None),
-            Err(DecisionError::Status(502))
+            Err(ReplyError::Status(502))
         );
         assert!(matches!(
             parse_reply(200, b"<html>Bad Gateway</html>", "svc", None),
-            Err(DecisionError::Decode(_))
+            Err(ReplyError::Decode(_))
         ));
         assert!(matches!(
             parse_reply(200, b"", "svc", None),
-            Err(DecisionError::Decode(_))
+            Err(ReplyError::Decode(_))
         ));
         assert!(matches!(
             parse_reply(200, b"[]", "svc", None),
-            Err(DecisionError::NoSchema)
+            Err(ReplyError::NoSchema)
         ));
     }
 

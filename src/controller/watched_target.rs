@@ -21,7 +21,7 @@ pub enum TargetError {
 /// pod template, managed fields, labels and conditions are never held, which is most of a
 /// workload object's size on a big fleet.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Target {
+pub struct WatchedTarget {
     /// Name, namespace, uid and generation only.
     pub metadata: ObjectMeta,
     pub spec_replicas: Option<i32>,
@@ -33,7 +33,7 @@ pub struct Target {
     pub observed_generation: Option<i64>,
 }
 
-impl Target {
+impl WatchedTarget {
     pub fn from_object(object: &DynamicObject) -> Self {
         let meta = &object.metadata;
         let data = &object.data;
@@ -64,7 +64,7 @@ fn render_selector(raw: &Value) -> Result<String, String> {
 }
 
 /// Stored by kube's reflector like the object it came from.
-impl kube::Resource for Target {
+impl kube::Resource for WatchedTarget {
     type DynamicType = ApiResource;
     type Scope = DynamicResourceScope;
 
@@ -101,7 +101,7 @@ impl kube::Resource for Target {
 pub fn snapshot(
     kind: &str,
     api_version: &str,
-    target: &Target,
+    target: &WatchedTarget,
 ) -> Result<TargetState, TargetError> {
     let spec_replicas = target
         .spec_replicas
@@ -137,7 +137,7 @@ pub(crate) fn is_deployment(kind: &str, api_version: &str) -> bool {
 
 /// Why a Deployment is mid-rollout, if it is: its controller has not observed the latest spec,
 /// not every replica runs the new template yet, or old-template pods are still around.
-fn rollout_in_progress(target: &Target, spec_replicas: i32) -> Option<String> {
+fn rollout_in_progress(target: &WatchedTarget, spec_replicas: i32) -> Option<String> {
     let observed = target.observed_generation.unwrap_or(0);
     if let Some(generation) = target.metadata.generation
         && observed < generation
@@ -167,7 +167,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn object(generation: i64, spec: Value, status: Value) -> Target {
+    fn object(generation: i64, spec: Value, status: Value) -> WatchedTarget {
         let object: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": { "name": "vllm", "generation": generation,
@@ -176,7 +176,7 @@ mod tests {
             "spec": spec, "status": status,
         }))
         .unwrap();
-        Target::from_object(&object)
+        WatchedTarget::from_object(&object)
     }
 
     #[test]

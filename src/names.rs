@@ -1,0 +1,31 @@
+//! The names the operator puts into the cluster and serves, in one place: who it is (the field
+//! managers that own what it writes, the events' reporter, the managed-by value on what it
+//! creates), the annotations it reads, and the metric names the external metrics API reserves.
+//! Changing one changes what existing clusters hold, so each is named once.
+
+/// The operator's name: the events' reporting controller, the field manager that owns
+/// `spec.replicas` of every target, and the managed-by / owner value on the Secrets and the
+/// APIService it creates.
+pub const OPERATOR: &str = "llmscaleoperator";
+
+/// The field manager of `spec.replicas` on every target (server-side apply).
+pub const FIELD_MANAGER: &str = OPERATOR;
+
+/// The field manager of the deletion-cost marks on pods: not the one owning `spec.replicas`, so
+/// removing a mark (an apply of nothing) takes away that annotation and nothing else.
+pub const MARK_MANAGER: &str = "llmscaleoperator-victims";
+
+/// The annotation that turns a scaler into an observer: it decides and reports, and writes
+/// nothing.
+pub const DRY_RUN_ANNOTATION: &str = "autoscaling.modelsphere.dev/dry-run";
+
+/// The external metric (and the decision's metric name) of a Custom-provider scaler.
+pub const DECISION_METRIC: &str = "decision";
+
+/// The external metric that serves a scaler's recommendation.
+pub const DESIRED_REPLICAS: &str = "desired-replicas";
+
+/// The name an unnamed `metrics[index]` is recorded and served under.
+pub fn unnamed_metric(index: usize) -> String {
+    format!("metric-{index}")
+}
