@@ -295,7 +295,10 @@ async fn prometheus_faults_hold_the_fleet_and_the_first_good_answer_moves_it() {
     env.deployment("model", 2).await;
     // Per-replica load 0.8 against a target of 0.8 keeps 2 replicas.
     let mut server = FaultServer::start(Fault::Good(0.8)).await;
-    let _operator = Operator::start_with_timeout(&env.client, &env.ns, TIMEOUT);
+    let _operator = Operator::builder(&env.client)
+        .namespace(&env.ns)
+        .timeout(TIMEOUT)
+        .start();
     env.scaler(
         "faulty",
         "model",
@@ -328,7 +331,10 @@ async fn decision_server_faults_hold_the_fleet_and_the_first_good_answer_moves_i
     let env = Env::without_prometheus("faults-decision").await;
     env.deployment("model", 2).await;
     let mut server = FaultServer::start(Fault::Good(2.0)).await;
-    let _operator = Operator::start_with_timeout(&env.client, &env.ns, TIMEOUT);
+    let _operator = Operator::builder(&env.client)
+        .namespace(&env.ns)
+        .timeout(TIMEOUT)
+        .start();
     decision_scaler(&env, &server).await;
     first_good_sync_at_two(&env).await;
 
@@ -342,7 +348,10 @@ async fn another_writer_is_overruled_on_replicas_and_nothing_else() {
     let env = Env::without_prometheus("faults-writers").await;
     env.deployment("model", 2).await;
     let server = FaultServer::start(Fault::Good(3.0)).await;
-    let _operator = Operator::start_with_timeout(&env.client, &env.ns, TIMEOUT);
+    let _operator = Operator::builder(&env.client)
+        .namespace(&env.ns)
+        .timeout(TIMEOUT)
+        .start();
     decision_scaler(&env, &server).await;
     env.wait_ready("model", 3).await;
 

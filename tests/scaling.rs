@@ -861,10 +861,12 @@ async fn only_the_watched_namespaces_are_reconciled() {
         env.scaler("vllm", "vllm", spec.clone()).await;
     }
     env.ns = home.clone();
-    let _operator = Operator::start_scoped(
-        &env.client,
-        llmscaleoperator::controller::Scope::namespaces([home.clone(), other.clone()]),
-    );
+    let _operator = Operator::builder(&env.client)
+        .scope(llmscaleoperator::controller::Scope::namespaces([
+            home.clone(),
+            other.clone(),
+        ]))
+        .start();
     let replicas = |ns: String| {
         let client = env.client.clone();
         async move {

@@ -47,7 +47,10 @@ async fn a_server_address_outside_the_allow_list_is_never_called() {
     env.deployment("refused", 1).await;
     // 2.0 per replica against a target of 1: a scaler that may call it goes to 2.
     let (port, hosts) = recording_prometheus(2.0).await;
-    let _operator = Operator::start_allowing(&env.client, &env.ns, &["localhost"]);
+    let _operator = Operator::builder(&env.client)
+        .namespace(&env.ns)
+        .allowing(&["localhost"])
+        .start();
     let spec = |host: &str| {
         json!({
             "serverAddress": format!("http://{host}:{port}"),

@@ -16,10 +16,13 @@ use super::prometheus::{Exporter, Prometheus};
 
 pub const WAIT: Duration = Duration::from_secs(60);
 
+/// Deletes its namespace when dropped, also when the test fails, and then first prints every
+/// scaler's status and the namespace's events, so a failure shows what the operator said.
 pub struct Env {
     pub client: Client,
     pub ns: String,
     signal: Option<(Exporter, Prometheus)>,
+    done: bool,
 }
 
 impl Env {
@@ -46,6 +49,7 @@ impl Env {
             client,
             ns,
             signal: None,
+            done: false,
         }
     }
 
@@ -243,7 +247,74 @@ impl Env {
         }
     }
 
-    pub async fn done(self) {
+    pub async fn done(mut self) {
         super::delete_namespace(&self.client, &self.ns).await;
+        self.done = true;
     }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let ns = self.ns.clone();
+        let failed = std::thread::panicking();
+        // On a thread of its own with its own runtime and client: the test's runtime may be the
+        // one that is unwinding, and its connections cannot be driven from inside drop.
+        let cleanup = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            runtime.block_on(async move {
+                let client = super::client().await;
+                if failed {
+                    eprintln!("{}", describe(&client, &ns).await);
+                }
+                super::delete_namespace(&client, &ns).await;
+            });
+        });
+        let _ = cleanup.join();
+    }
+}
+
+/// Every scaler's status and every event of `ns`, for a failed test's output.
+async fn describe(client: &Client, ns: &str) -> String {
+    let mut out = format!("--- namespace {ns} at the failure ---\n");
+    let scalers: Api<LLMScaler> = Api::namespaced(client.clone(), ns);
+    for scaler in scalers
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+    {
+        let name = scaler.metadata.name.clone().unwrap_or_default();
+        let status = serde_json::to_string_pretty(&scaler.status).unwrap_or_default();
+        out.push_str(&format!("LLMScaler {name} status: {status}\n"));
+    }
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    let mut events = events
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    events.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
+    for e in events {
+        let about = e
+            .regarding
+            .as_ref()
+            .and_then(|r| r.name.clone())
+            .unwrap_or_default();
+        let count = e.series.as_ref().map_or(1, |s| s.count);
+        out.push_str(&format!(
+            "event {} {} on {about} (x{count}): {}\n",
+            e.type_.unwrap_or_default(),
+            e.reason.unwrap_or_default(),
+            e.note.unwrap_or_default()
+        ));
+    }
+    out
 }

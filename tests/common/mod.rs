@@ -158,81 +158,20 @@ pub struct Operator {
 }
 
 impl Operator {
+    /// The controller for one namespace, with the defaults.
     pub fn start(client: &Client, namespace: &str) -> Self {
-        Self::start_scoped(
-            client,
-            llmscaleoperator::controller::Scope::namespaces([namespace.to_owned()]),
-        )
+        Self::builder(client).namespace(namespace).start()
     }
 
-    /// The controller responsible for `scope`.
-    pub fn start_scoped(client: &Client, scope: llmscaleoperator::controller::Scope) -> Self {
-        Self::start_with(
-            client,
-            scope,
-            llmscaleoperator::signals::http::client().unwrap(),
-        )
-    }
-
-    /// The controller for one namespace, asking its signal sources with this per-request timeout.
-    pub fn start_with_timeout(client: &Client, namespace: &str, timeout: Duration) -> Self {
-        Self::start_with(
-            client,
-            llmscaleoperator::controller::Scope::namespaces([namespace.to_owned()]),
-            llmscaleoperator::signals::http::client_with_timeout(timeout).unwrap(),
-        )
-    }
-
-    /// The controller for one namespace, calling only the server addresses `allowed` permits.
-    pub fn start_allowing(client: &Client, namespace: &str, allowed: &[&str]) -> Self {
-        Self::start_with_allow_list(
-            client,
-            llmscaleoperator::controller::Scope::namespaces([namespace.to_owned()]),
-            llmscaleoperator::signals::http::client().unwrap(),
-            llmscaleoperator::signals::allow::AllowList::parse(allowed).unwrap(),
-        )
-    }
-
-    fn start_with(
-        client: &Client,
-        scope: llmscaleoperator::controller::Scope,
-        http: reqwest::Client,
-    ) -> Self {
-        Self::start_with_allow_list(client, scope, http, Default::default())
-    }
-
-    fn start_with_allow_list(
-        client: &Client,
-        scope: llmscaleoperator::controller::Scope,
-        http: reqwest::Client,
-        allowed: llmscaleoperator::signals::allow::AllowList,
-    ) -> Self {
-        use llmscaleoperator::controller::{self, Shared};
-        let shutdown = tokio_util::sync::CancellationToken::new();
-        let cache = llmscaleoperator::metric_cache::MetricCache::default();
-        let metrics = llmscaleoperator::telemetry::metrics::Metrics::default();
-        let shared = Shared {
-            cache: cache.clone(),
-            metrics: metrics.clone(),
-            http,
-            instance: Some(format!("test-{}", scope.describe())),
-            leadership: llmscaleoperator::leader::Leadership::always(),
-            allowed,
-        };
-        let task = tokio::spawn(controller::run(
-            client.clone(),
-            scope,
-            shared,
-            llmscaleoperator::supervisor::Supervisor::new(shutdown.clone()),
-        ));
-        Self {
-            shutdown,
-            task: Some(task),
-            cache,
-            metrics,
+    /// A controller to configure: scope, HTTP timeout, allow-list.
+    pub fn builder(client: &Client) -> OperatorBuilder {
+        OperatorBuilder {
+            client: client.clone(),
+            scope: llmscaleoperator::controller::Scope::all(),
+            timeout: None,
+            allowed: Default::default(),
         }
     }
-
     /// Stops the controller and waits until it has.
     pub async fn stop(mut self) {
         self.shutdown.cancel();
@@ -248,6 +187,71 @@ impl Operator {
 impl Drop for Operator {
     fn drop(&mut self) {
         self.shutdown.cancel();
+    }
+}
+
+pub struct OperatorBuilder {
+    client: Client,
+    scope: llmscaleoperator::controller::Scope,
+    timeout: Option<Duration>,
+    allowed: llmscaleoperator::signals::allow::AllowList,
+}
+
+impl OperatorBuilder {
+    /// Responsible for this namespace only.
+    pub fn namespace(self, namespace: &str) -> Self {
+        self.scope(llmscaleoperator::controller::Scope::namespaces([
+            namespace.to_owned()
+        ]))
+    }
+
+    pub fn scope(mut self, scope: llmscaleoperator::controller::Scope) -> Self {
+        self.scope = scope;
+        self
+    }
+
+    /// Asks its signal sources with this per-request timeout.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Calls only the server addresses these patterns permit.
+    pub fn allowing(mut self, patterns: &[&str]) -> Self {
+        self.allowed = llmscaleoperator::signals::allow::AllowList::parse(patterns).unwrap();
+        self
+    }
+
+    pub fn start(self) -> Operator {
+        use llmscaleoperator::controller::{self, Shared};
+        let http = match self.timeout {
+            Some(timeout) => llmscaleoperator::signals::http::client_with_timeout(timeout),
+            None => llmscaleoperator::signals::http::client(),
+        }
+        .unwrap();
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let cache = llmscaleoperator::metric_cache::MetricCache::default();
+        let metrics = llmscaleoperator::telemetry::metrics::Metrics::default();
+        let shared = Shared {
+            cache: cache.clone(),
+            metrics: metrics.clone(),
+            http,
+            instance: Some(format!("test-{}", self.scope.describe())),
+            leadership: llmscaleoperator::leader::Leadership::always(),
+            allowed: self.allowed,
+        };
+        let task = tokio::spawn(controller::run(
+            self.client,
+            self.scope,
+            shared,
+            llmscaleoperator::supervisor::Supervisor::new(shutdown.clone()),
+        ));
+        Operator {
+            shutdown,
+            task: Some(task),
+            cache,
+            metrics,
+        }
     }
 }
 
