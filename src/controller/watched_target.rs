@@ -9,7 +9,7 @@ use kube::core::{DynamicResourceScope, Selector};
 use serde_json::Value;
 use thiserror::Error;
 
-use crate::scaling::TargetState;
+use crate::scaling::{Rollout, TargetState};
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum TargetError {
@@ -137,27 +137,28 @@ pub(crate) fn is_deployment(kind: &str, api_version: &str) -> bool {
 
 /// Why a Deployment is mid-rollout, if it is: its controller has not observed the latest spec,
 /// not every replica runs the new template yet, or old-template pods are still around.
-fn rollout_in_progress(target: &WatchedTarget, spec_replicas: i32) -> Option<String> {
+fn rollout_in_progress(target: &WatchedTarget, spec_replicas: i32) -> Option<Rollout> {
     let observed = target.observed_generation.unwrap_or(0);
     if let Some(generation) = target.metadata.generation
         && observed < generation
     {
-        return Some(format!(
-            "the Deployment controller has not observed generation {generation} yet (observed {observed})"
-        ));
+        return Some(Rollout::GenerationNotObserved {
+            generation,
+            observed,
+        });
     }
     let updated = target.updated_replicas.unwrap_or(0);
     if updated < spec_replicas {
-        return Some(format!(
-            "{updated} of {spec_replicas} replicas run the current template"
-        ));
+        return Some(Rollout::NotUpdated {
+            updated,
+            spec: spec_replicas,
+        });
     }
     let total = target.replicas.unwrap_or(0);
     if total > updated {
-        return Some(format!(
-            "{} replicas of an older template are still running",
-            total - updated
-        ));
+        return Some(Rollout::OldPodsRunning {
+            old: total - updated,
+        });
     }
     None
 }
@@ -230,13 +231,17 @@ mod tests {
             json!({"observedGeneration": 2, "replicas": 3, "updatedReplicas": 2, "readyReplicas": 3}),
             json!({"observedGeneration": 2, "replicas": 4, "updatedReplicas": 3, "readyReplicas": 3}),
         ];
-        for status in cases {
+        let expected = [
+            "the Deployment controller has not observed generation 2 yet (observed 1)",
+            "2 of 3 replicas run the current template",
+            "1 replicas of an older template are still running",
+        ];
+        for (status, expected) in cases.into_iter().zip(expected) {
             let d = object(2, json!({"replicas": 3}), status.clone());
-            assert!(
-                snapshot("Deployment", "apps/v1", &d)
-                    .unwrap()
-                    .rollout
-                    .is_some(),
+            let rollout = snapshot("Deployment", "apps/v1", &d).unwrap().rollout;
+            assert_eq!(
+                rollout.map(|r| r.to_string()).as_deref(),
+                Some(expected),
                 "{status}"
             );
         }

@@ -26,7 +26,20 @@ pub struct TargetState {
     /// status.readyReplicas: the serving capacity the ratio is computed from.
     pub ready_replicas: i32,
     /// Why the target is mid-rollout, if it is.
-    pub rollout: Option<String>,
+    pub rollout: Option<Rollout>,
+}
+
+/// Why a Deployment is mid-rollout.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Rollout {
+    #[error(
+        "the Deployment controller has not observed generation {generation} yet (observed {observed})"
+    )]
+    GenerationNotObserved { generation: i64, observed: i64 },
+    #[error("{updated} of {spec} replicas run the current template")]
+    NotUpdated { updated: i32, spec: i32 },
+    #[error("{old} replicas of an older template are still running")]
+    OldPodsRunning { old: i32 },
 }
 
 /// One metric's reading at this sync.
@@ -94,7 +107,7 @@ pub enum HoldReason {
 #[derive(Debug, Clone, PartialEq)]
 pub enum DeferReason {
     /// The target is mid-rollout; both directions wait.
-    Rollout(String),
+    Rollout(Rollout),
     /// A scale-down waits until every requested replica is ready.
     NotSettled { ready: i32, spec: i32 },
 }
@@ -680,7 +693,10 @@ mod tests {
     fn rollout_defers_both_directions() {
         for value in [0.1, 5.0] {
             let target = TargetState {
-                rollout: Some("2 of 3 replicas updated".into()),
+                rollout: Some(Rollout::NotUpdated {
+                    updated: 2,
+                    spec: 3,
+                }),
                 ..settled(3)
             };
             let d = decide(&input(
@@ -1173,7 +1189,7 @@ mod properties {
                     target: TargetState {
                         spec_replicas: spec,
                         ready_replicas: ready,
-                        rollout: rollout.then(|| "rolling".to_owned()),
+                        rollout: rollout.then_some(Rollout::OldPodsRunning { old: 1 }),
                     },
                     bounds: Bounds {
                         min,

@@ -17,7 +17,7 @@ mod victims;
 pub use behavior::{Behavior, Change, MAX_CHANGES, PolicyKind, RatePolicy, Rules, Select};
 pub use decision::{
     Bounds, Decision, DeferReason, Direction, HoldReason, Input, LimitReason, Memory,
-    MetricOutcome, MetricReading, PlanReason, Reason, Signal, TargetState, decide,
+    MetricOutcome, MetricReading, PlanReason, Reason, Rollout, Signal, TargetState, decide,
 };
 pub use forecast::Sample;
 pub use recommend::{SkipReason, TargetType, ratio_recommendation};
