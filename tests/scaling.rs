@@ -15,12 +15,11 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-#[tokio::test]
-async fn scales_up_from_one_on_a_hot_metric_and_owns_only_spec_replicas() {
-    let env = Env::new("scale-up").await;
+/// A Deployment at 1 and a scaler whose metric (2.0 against 0.8) asks for 3: returns once the
+/// Deployment runs 3 ready replicas.
+async fn scaled_up_to_three(env: &Env) {
     env.deployment("vllm", 1).await;
     env.set("kv", 2.0).await;
-    let operator = Operator::start(&env.client, &env.ns);
     // maxReplicas 3: the exporter's per-replica value does not fall as replicas are added, so
     // without a bound the ratio would keep compounding (3 ready × 2.0 / 0.8 = 8).
     env.scaler(
@@ -34,9 +33,15 @@ async fn scales_up_from_one_on_a_hot_metric_and_owns_only_spec_replicas() {
         }),
     )
     .await;
-
     // ceil(1 × 2.0 / 0.8) = 3
     env.wait_ready("vllm", 3).await;
+}
+
+#[tokio::test]
+async fn scales_up_from_one_on_a_hot_metric() {
+    let env = Env::new("scale-up").await;
+    let operator = Operator::start(&env.client, &env.ns);
+    scaled_up_to_three(&env).await;
     let note = env.wait_event("hot", "ScaledUp", "from 1 to 3").await;
     assert!(
         note.contains("metric kv-cache = 2 recommended 3"),
@@ -50,7 +55,30 @@ async fn scales_up_from_one_on_a_hot_metric_and_owns_only_spec_replicas() {
     let (status, reason, _) = env.condition("hot", "ScalingActive").await.unwrap();
     assert_eq!((status.as_str(), reason.as_str()), ("True", "ValidMetric"));
 
-    // Steady state: syncs keep running (once a second) but the status is not rewritten.
+    // The cache the external metrics API reads holds what the controller acted on.
+    let cached = operator
+        .cache
+        .get(&llmscaleoperator::metric_cache::ScalerKey {
+            namespace: env.ns.clone(),
+            name: "hot".into(),
+        })
+        .unwrap();
+    assert_eq!(cached.metrics[0].value, Some(2.0));
+    assert_eq!(cached.desired_replicas, 3);
+    operator.stop().await;
+    env.done().await;
+}
+
+#[tokio::test]
+async fn a_settled_scaler_keeps_syncing_and_does_not_rewrite_its_status() {
+    let env = Env::new("settled").await;
+    let operator = Operator::start(&env.client, &env.ns);
+    scaled_up_to_three(&env).await;
+    common::eventually("status to show 3/3", WAIT, || async {
+        let s = env.scalers().get("hot").await.ok()?.status?;
+        (s.current_replicas == 3 && s.desired_replicas == 3).then_some(s)
+    })
+    .await;
     let version = env.scalers().get("hot").await.unwrap().resource_version();
     let syncs = || {
         let text = operator.metrics.encode().unwrap();
@@ -59,15 +87,27 @@ async fn scales_up_from_one_on_a_hot_metric_and_owns_only_spec_replicas() {
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum::<f64>()
     };
+    // Three more syncs (one a second) see the same fleet and the same signal...
     let before = syncs();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(syncs() >= before + 2.0, "the controller kept syncing");
+    common::eventually("three more syncs", WAIT, || async {
+        (syncs() >= before + 3.0).then_some(())
+    })
+    .await;
+    // ...and none of them wrote the status.
     assert_eq!(
         env.scalers().get("hot").await.unwrap().resource_version(),
         version,
         "an unchanged status is not written"
     );
+    operator.stop().await;
+    env.done().await;
+}
 
+#[tokio::test]
+async fn owns_only_spec_replicas_of_its_target() {
+    let env = Env::new("owns").await;
+    let _operator = Operator::start(&env.client, &env.ns);
+    scaled_up_to_three(&env).await;
     // Server-side apply: our manager owns spec.replicas and nothing else; the rest is untouched.
     let d = env.deployments().get("vllm").await.unwrap();
     let ours: Vec<_> = d
@@ -93,18 +133,6 @@ async fn scales_up_from_one_on_a_hot_metric_and_owns_only_spec_replicas() {
         template.spec.unwrap().containers[0].image.as_deref(),
         Some("registry.k8s.io/pause:3.10")
     );
-
-    // The cache the external metrics API reads holds what the controller acted on.
-    let cached = operator
-        .cache
-        .get(&llmscaleoperator::metric_cache::ScalerKey {
-            namespace: env.ns.clone(),
-            name: "hot".into(),
-        })
-        .unwrap();
-    assert_eq!(cached.metrics[0].value, Some(2.0));
-    assert_eq!(cached.desired_replicas, 3);
-    operator.stop().await;
     env.done().await;
 }
 

@@ -1,8 +1,8 @@
 //! Kubernetes events (events.k8s.io) for every scale and every held sync, rendered from the
 //! sync's Decision. The kube Recorder folds repeats into one event with a growing count.
 
+use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder};
-use kube::{Resource, ResourceExt};
 
 use crate::api::{LLMScaler, MetricProvider};
 use crate::names::DECISION_METRIC;
@@ -247,7 +247,7 @@ pub async fn publish(recorder: &Recorder, scaler: &LLMScaler, notes: &[Note]) {
             secondary: None,
         };
         if let Err(error) = recorder.publish(&event, &reference).await {
-            tracing::warn!(scaler = %scaler.name_any(), reason = note.reason, %error, "cannot publish event");
+            tracing::warn!(reason = note.reason, %error, "cannot publish event");
         }
     }
 }
