@@ -16,7 +16,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 /// A Deployment at 1 and a scaler whose metric (2.0 against 0.8) asks for 3: returns once the
-/// Deployment runs 3 ready replicas.
+/// Deployment runs 3 ready replicas and the scaler's status says so.
 async fn scaled_up_to_three(env: &Env) {
     env.deployment("vllm", 1).await;
     env.set("kv", 2.0).await;
@@ -35,6 +35,11 @@ async fn scaled_up_to_three(env: &Env) {
     .await;
     // ceil(1 × 2.0 / 0.8) = 3
     env.wait_ready("vllm", 3).await;
+    common::eventually("status to show 3/3", WAIT, || async {
+        let s = env.scalers().get("hot").await.ok()?.status?;
+        (s.current_replicas == 3 && s.desired_replicas == 3).then_some(s)
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -47,11 +52,6 @@ async fn scales_up_from_one_on_a_hot_metric() {
         note.contains("metric kv-cache = 2 recommended 3"),
         "names the metric that drove it: {note}"
     );
-    common::eventually("status to show 3/3", WAIT, || async {
-        let s = env.scalers().get("hot").await.ok()?.status?;
-        (s.current_replicas == 3 && s.desired_replicas == 3).then_some(s)
-    })
-    .await;
     let (status, reason, _) = env.condition("hot", "ScalingActive").await.unwrap();
     assert_eq!((status.as_str(), reason.as_str()), ("True", "ValidMetric"));
 
@@ -74,11 +74,6 @@ async fn a_settled_scaler_keeps_syncing_and_does_not_rewrite_its_status() {
     let env = Env::new("settled").await;
     let operator = Operator::start(&env.client, &env.ns);
     scaled_up_to_three(&env).await;
-    common::eventually("status to show 3/3", WAIT, || async {
-        let s = env.scalers().get("hot").await.ok()?.status?;
-        (s.current_replicas == 3 && s.desired_replicas == 3).then_some(s)
-    })
-    .await;
     let version = env.scalers().get("hot").await.unwrap().resource_version();
     let syncs = || {
         let text = operator.metrics.encode().unwrap();

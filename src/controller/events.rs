@@ -15,6 +15,8 @@ pub const STARTING_COUNTED: &str = "StartingCounted";
 /// The reasons of the events that say a stabilization window holds the fleet.
 pub const SCALE_DOWN_STABILIZED: &str = "ScaleDownStabilized";
 pub const SCALE_UP_STABILIZED: &str = "ScaleUpStabilized";
+/// The reason of the event that says a scale-down waits because the demand is rising.
+pub const RISING_DEMAND: &str = "RisingDemand";
 
 /// One event to publish.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,6 +150,13 @@ pub fn decision_notes(
                 SCALE_UP_STABILIZED,
                 format!(
                     "{recommended} recommended; held at {held_at}, the lowest recommendation of the last {window_seconds}s"
+                ),
+            ),
+            Reason::Planned(PlanReason::RisingDemand { measured }) => Note::normal(
+                RISING_DEMAND,
+                format!(
+                    "demand is rising: the scale-down to {measured} waits, {target_name} stays at {}",
+                    target.spec_replicas
                 ),
             ),
             Reason::Planned(PlanReason::StartingCounted { starting }) => Note::normal(

@@ -327,7 +327,7 @@ impl<'a> Writer<'a> {
                 events::STARTING_COUNTED,
                 &format!("{uid}/{}", target.spec_replicas),
             ),
-            events::SCALE_DOWN_STABILIZED | events::SCALE_UP_STABILIZED => {
+            events::SCALE_DOWN_STABILIZED | events::SCALE_UP_STABILIZED | events::RISING_DEMAND => {
                 self.ctx.changed(note.reason, uid, &note.message)
             }
             _ => true,

@@ -168,6 +168,9 @@ pub enum PlanReason {
         expected: i32,
         horizon_seconds: i32,
     },
+    /// The measurement alone would scale down, but the demand is rising beyond its noise: a pod
+    /// removed now would be asked for again before a new one could be Ready.
+    RisingDemand { measured: i32 },
 }
 
 /// Why a sync did what it did; status conditions and events are rendered from these.
@@ -294,7 +297,13 @@ fn plan(need: f64, input: &Input, reasons: &mut Vec<Reason>) -> i32 {
     let recommendation = if need > current_f * (1.0 + up_tolerance) {
         round_up(up_need)
     } else if need < current_f * (1.0 - down_tolerance) {
-        measured
+        if expected.is_some() {
+            // The trend never deepens a scale-down, but a rising one holds it off.
+            reasons.push(Reason::Planned(PlanReason::RisingDemand { measured }));
+            current
+        } else {
+            measured
+        }
     } else {
         current
     };
@@ -1012,6 +1021,47 @@ mod tests {
         // starts a scale-up.
         i.behavior.up.tolerance = 0.25;
         assert_eq!(decide(&i).write, None);
+    }
+
+    #[test]
+    fn a_rising_demand_holds_off_a_scale_down_and_a_flat_one_does_not() {
+        // 20 replicas; the need rose from 6 to 12 over six minutes and is measured at 12, below
+        // 20 × 0.9: the measurement alone would go to 12, but a pod removed now would be asked
+        // for again within the 180 s start-up.
+        let rising: Vec<Sample> = (0..24)
+            .map(|k| Sample {
+                at: t(k * 15),
+                need: 6.0 + k as f64 * 0.25,
+            })
+            .collect();
+        let mut i = input(
+            Signal::Ratio(vec![metric("q", 0.6, 1.0)]),
+            settled(20),
+            1,
+            40,
+        );
+        i.now = t(360);
+        i.startup_seconds = Some(180.0);
+        i.memory.samples = rising;
+        let d = decide(&i);
+        assert_eq!((d.desired, d.write), (20, None));
+        assert!(
+            d.reasons
+                .contains(&Reason::Planned(PlanReason::RisingDemand { measured: 12 })),
+            "{:?}",
+            d.reasons
+        );
+        // The same measurement after a flat history scales down.
+        i.memory.samples = (0..24)
+            .map(|k| Sample {
+                at: t(k * 15),
+                need: 12.0,
+            })
+            .collect();
+        assert_eq!(decide(&i).write, Some(12));
+        // And without a start-up delay there is no trend to hold for.
+        i.startup_seconds = None;
+        assert_eq!(decide(&i).write, Some(12));
     }
 
     #[test]
