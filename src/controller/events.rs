@@ -152,11 +152,10 @@ pub fn decision_notes(
                     "{recommended} recommended; held at {held_at}, the lowest recommendation of the last {window_seconds}s"
                 ),
             ),
-            Reason::Planned(PlanReason::RisingDemand { measured }) => Note::normal(
+            Reason::Planned(PlanReason::RisingDemand { measured, kept }) => Note::normal(
                 RISING_DEMAND,
                 format!(
-                    "demand is rising: the scale-down to {measured} waits, {target_name} stays at {}",
-                    target.spec_replicas
+                    "demand is rising: the scale-down to {measured} waits, {target_name} stays at {kept}"
                 ),
             ),
             Reason::Planned(PlanReason::StartingCounted { starting }) => Note::normal(
