@@ -19,6 +19,12 @@ pub const MARK_MANAGER: &str = "llmscaleoperator-victims";
 /// nothing.
 pub const DRY_RUN_ANNOTATION: &str = "autoscaling.modelsphere.dev/dry-run";
 
+/// Pins the target at this many replicas while it is set (`"N"`), whatever the signal says.
+pub const PAUSED_REPLICAS_ANNOTATION: &str = "autoscaling.modelsphere.dev/paused-replicas";
+
+/// Freezes the target at the replicas it has while it is `"true"`.
+pub const PAUSED_ANNOTATION: &str = "autoscaling.modelsphere.dev/paused";
+
 /// The external metric (and the decision's metric name) of a Custom-provider scaler.
 pub const DECISION_METRIC: &str = "decision";
 

@@ -929,3 +929,71 @@ async fn stored_history(
         .status?
         .recommendation_history
 }
+
+#[tokio::test]
+async fn a_pause_pins_or_freezes_the_target_and_removing_it_resumes() {
+    let env = Env::new("pause").await;
+    env.deployment("vllm", 2).await;
+    env.set("kv", 1.0).await;
+    let operator = Operator::start(&env.client, &env.ns);
+    env.scaler(
+        "p",
+        "vllm",
+        json!({
+            "minReplicas": 1, "maxReplicas": 6,
+            "metrics": [{ "query": env.query("kv"), "target": "1" }]
+        }),
+    )
+    .await;
+    common::eventually("a steady sync at 2", WAIT, || async {
+        let (status, _, message) = env.condition("p", "ScalingActive").await?;
+        (status == "True" && message.contains("recommends 2")).then_some(())
+    })
+    .await;
+    let annotate = |annotations: serde_json::Value| {
+        let scalers = env.scalers();
+        async move {
+            scalers
+                .patch(
+                    "p",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "metadata": { "annotations": annotations } })),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    const PINNED: &str = "autoscaling.modelsphere.dev/paused-replicas";
+    const FROZEN: &str = "autoscaling.modelsphere.dev/paused";
+
+    // Pinned at 4 while the signal asks for 2.
+    annotate(json!({ PINNED: "4" })).await;
+    env.wait_ready("vllm", 4).await;
+    env.wait_event("p", "Paused", "Deployment/vllm pinned at 4")
+        .await;
+    let (status, reason, _) = env.condition("p", "ScalingActive").await.unwrap();
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "Paused"));
+    assert!(operator.metrics.encode().unwrap().contains(&format!(
+        r#"llmscaler_paused{{namespace="{}",scaler="p"}} 1"#,
+        env.ns
+    )));
+
+    // Frozen where it is, though the signal now asks for the maximum.
+    annotate(json!({ PINNED: null, FROZEN: "true" })).await;
+    env.wait_event("p", "Paused", "Deployment/vllm frozen at 4")
+        .await;
+    env.set("kv", 3.0).await;
+    common::eventually("a sync that sees the hot signal", WAIT, || async {
+        let (_, _, message) = env.condition("p", "ScalingActive").await?;
+        message.contains("recommends 12").then_some(())
+    })
+    .await;
+    env.stays("vllm", 4, Duration::from_secs(3)).await;
+
+    // Unpaused: the signal decides again.
+    annotate(json!({ FROZEN: null })).await;
+    env.wait_ready("vllm", 6).await;
+    let (status, _, _) = env.condition("p", "ScalingActive").await.unwrap();
+    assert_eq!(status, "True");
+    env.done().await;
+}

@@ -37,6 +37,12 @@ pub enum SyncError {
     Behavior(#[from] BehaviorError),
     #[error("customProvider is required when metricProvider is Custom")]
     NoCustomProvider,
+    #[error("annotation {annotation} is {value:?}: {expected}, or remove it")]
+    InvalidAnnotation {
+        annotation: &'static str,
+        value: String,
+        expected: &'static str,
+    },
     #[error(transparent)]
     DecisionUrl(DecisionError),
     #[error("cannot set spec.replicas of {kind} {name} to {replicas}: {source}")]
@@ -60,11 +66,12 @@ pub enum FailureReason {
     ServerAddressNotAllowed,
     SecretUnavailable,
     InvalidSpec,
+    InvalidAnnotation,
     ScaleFailed,
 }
 
 impl FailureReason {
-    pub const ALL: [FailureReason; 8] = [
+    pub const ALL: [FailureReason; 9] = [
         Self::UnknownTargetKind,
         Self::TargetUnavailable,
         Self::TargetNotFound,
@@ -72,6 +79,7 @@ impl FailureReason {
         Self::ServerAddressNotAllowed,
         Self::SecretUnavailable,
         Self::InvalidSpec,
+        Self::InvalidAnnotation,
         Self::ScaleFailed,
     ];
 
@@ -84,6 +92,7 @@ impl FailureReason {
             Self::ServerAddressNotAllowed => "ServerAddressNotAllowed",
             Self::SecretUnavailable => "SecretUnavailable",
             Self::InvalidSpec => "InvalidSpec",
+            Self::InvalidAnnotation => "InvalidAnnotation",
             Self::ScaleFailed => "ScaleFailed",
         }
     }
@@ -110,6 +119,7 @@ impl SyncError {
             | Self::Behavior(_)
             | Self::NoCustomProvider
             | Self::DecisionUrl(_) => FailureReason::InvalidSpec,
+            Self::InvalidAnnotation { .. } => FailureReason::InvalidAnnotation,
             Self::Scale { .. } => FailureReason::ScaleFailed,
         }
     }

@@ -7,7 +7,8 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use crate::api::{LLMScaler, MetricProvider};
 use crate::names::DECISION_METRIC;
 use crate::scaling::{
-    Decision, DeferReason, Direction, HoldReason, LimitReason, PlanReason, Reason, TargetState,
+    Decision, DeferReason, Direction, HoldReason, LimitReason, Pause, PlanReason, Reason,
+    TargetState,
 };
 
 /// The reason of the event that says pods still starting were counted as capacity.
@@ -15,6 +16,8 @@ pub const STARTING_COUNTED: &str = "StartingCounted";
 /// The reasons of the events that say a stabilization window holds the fleet.
 pub const SCALE_DOWN_STABILIZED: &str = "ScaleDownStabilized";
 pub const SCALE_UP_STABILIZED: &str = "ScaleUpStabilized";
+/// The reason of the event that says the scaler is paused by annotation.
+pub const PAUSED: &str = "Paused";
 /// The reason of the event that says a scale-down waits because the demand is rising.
 pub const RISING_DEMAND: &str = "RisingDemand";
 
@@ -112,6 +115,16 @@ pub fn decision_notes(
                     target.spec_replicas
                 ),
             ),
+            Reason::Held(HoldReason::Paused(pause)) => Note::normal(
+                PAUSED,
+                format!(
+                    "{}; the signal recommends {}",
+                    paused_text(*pause, &target_name, target.spec_replicas),
+                    decision
+                        .recommendation
+                        .map_or_else(|| "nothing".to_owned(), |r| r.to_string())
+                ),
+            ),
             Reason::Held(HoldReason::SignalUnavailable(why)) => Note::warning(
                 "ScalingHeld",
                 format!("{why}; {target_name} stays at {}", target.spec_replicas),
@@ -193,6 +206,16 @@ pub fn spec_notices(scaler: &LLMScaler) -> Vec<Note> {
         ));
     }
     notes
+}
+
+/// "paused by annotation: Deployment/vllm pinned at 4" or "... frozen at 3".
+pub fn paused_text(pause: Pause, target_name: &str, spec_replicas: i32) -> String {
+    match pause {
+        Pause::Pinned(replicas) => {
+            format!("paused by annotation: {target_name} pinned at {replicas}")
+        }
+        Pause::Frozen => format!("paused by annotation: {target_name} frozen at {spec_replicas}"),
+    }
 }
 
 /// "sized for the demand expected in 180 s (9 measured)" when the look-ahead raised a scale-up.

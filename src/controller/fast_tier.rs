@@ -556,3 +556,88 @@ async fn a_held_scale_down_is_told_when_it_begins_and_when_it_changes_not_every_
     assert_eq!(told.len(), 2, "{told:?}");
     assert!(told[1].starts_with("2 recommended; held at 6"), "{told:?}");
 }
+
+#[tokio::test]
+async fn a_pin_is_written_a_freeze_writes_nothing_and_a_bad_pause_changes_nothing() {
+    let server = prometheus(3.0).await;
+    let annotated = |name: &str, annotations: Value| {
+        let mut scaler = scaler_json(name, &server, json!({}));
+        scaler["metadata"]["annotations"] = annotations;
+        scaler
+    };
+
+    // Pinned at 3 while the signal asks for 6 (2 ready × 3 / 1).
+    let h = Harness::leader(FakeApi::default().with_deployment("vllm", 2));
+    h.sync(&annotated(
+        "pinned",
+        json!({ crate::names::PAUSED_REPLICAS_ANNOTATION: "3" }),
+    ))
+    .await;
+    assert_eq!(h.api.scale_writes("vllm"), vec![3]);
+    let status = h.api.status().expect("status");
+    let (ok, reason, message) = condition(&status, "ScalingActive");
+    assert_eq!((ok.as_str(), reason.as_str()), ("False", "Paused"));
+    assert!(
+        message.contains("pinned at 3; the signal recommends 6"),
+        "{message}"
+    );
+    assert!(
+        h.api
+            .events()
+            .iter()
+            .any(|(r, n)| r == "Paused" && n.contains("Deployment/vllm pinned at 3")),
+        "{:?}",
+        h.api.events()
+    );
+    assert!(
+        h.exposition()
+            .contains(r#"llmscaler_paused{namespace="ns",scaler="pinned"} 1"#)
+    );
+
+    // Frozen: where it is, whatever the signal.
+    let h = Harness::leader(FakeApi::default().with_deployment("vllm", 2));
+    h.sync(&annotated(
+        "frozen",
+        json!({ crate::names::PAUSED_ANNOTATION: "true" }),
+    ))
+    .await;
+    assert!(h.api.scale_writes("vllm").is_empty());
+    assert_eq!(h.api.status().expect("status")["desiredReplicas"], 2);
+
+    // A value that is not a count: a failure naming the annotation, and nothing scaled.
+    for (annotation, value) in [
+        (crate::names::PAUSED_REPLICAS_ANNOTATION, "three"),
+        (crate::names::PAUSED_REPLICAS_ANNOTATION, "-1"),
+        (crate::names::PAUSED_ANNOTATION, "yes"),
+    ] {
+        let h = Harness::leader(FakeApi::default().with_deployment("vllm", 2));
+        h.sync(&annotated("bad", json!({ annotation: value })))
+            .await;
+        assert!(
+            h.api.scale_writes("vllm").is_empty(),
+            "{annotation}={value}"
+        );
+        let (ok, reason, message) = condition(&h.api.status().expect("status"), "Ready");
+        assert_eq!(
+            (ok.as_str(), reason.as_str()),
+            ("False", "InvalidAnnotation")
+        );
+        assert!(
+            message.contains(annotation) && message.contains(value),
+            "{message}"
+        );
+    }
+
+    // Not paused: the signal decides, and the gauge says so.
+    let h = Harness::leader(FakeApi::default().with_deployment("vllm", 2));
+    h.sync(&annotated(
+        "free",
+        json!({ crate::names::PAUSED_ANNOTATION: "false" }),
+    ))
+    .await;
+    assert_eq!(h.api.scale_writes("vllm"), vec![6]);
+    assert!(
+        h.exposition()
+            .contains(r#"llmscaler_paused{namespace="ns",scaler="free"} 0"#)
+    );
+}

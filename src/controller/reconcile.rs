@@ -28,10 +28,12 @@ use super::{Context, scale, startup, victims, watched_target};
 use crate::api::validation::parse_target;
 use crate::api::{LLMScaler, LLMScalerStatus, MetricProvider, StartupStatus};
 use crate::metric_cache::{CachedMetric, ScalerKey, ScalerSnapshot};
-use crate::names::{DECISION_METRIC, DRY_RUN_ANNOTATION};
+use crate::names::{
+    DECISION_METRIC, DRY_RUN_ANNOTATION, PAUSED_ANNOTATION, PAUSED_REPLICAS_ANNOTATION,
+};
 use crate::scaling::{
-    Bounds, Decision, Input, MetricReading, Reason, Signal, SkipReason, TargetState, decide,
-    effective_startup,
+    Bounds, Decision, HoldReason, Input, MetricReading, Pause, Reason, Signal, SkipReason,
+    TargetState, decide, effective_startup, paused,
 };
 use crate::signals::{decision_server, http, prometheus};
 use crate::telemetry::metrics::{
@@ -141,6 +143,7 @@ async fn observe(
 ) -> Result<Observed, SyncError> {
     let spec = &scaler.spec;
     let target_ref = &spec.target_ref;
+    let pause = pause_of(scaler)?;
     let (resource, object) = ctx.targets.get(target_ref, namespace).await?;
     let object = object.ok_or_else(|| SyncError::TargetNotFound {
         kind: target_ref.kind.clone(),
@@ -186,7 +189,10 @@ async fn observe(
         memory,
         now,
     };
-    let decision = decide(&input);
+    let decision = match pause {
+        Some(pause) => paused(decide(&input), pause, &observed, &input.memory),
+        None => decide(&input),
+    };
     ctx.set_samples(&uid, decision.memory.samples.clone());
     Ok(Observed {
         decision,
@@ -327,9 +333,10 @@ impl<'a> Writer<'a> {
                 events::STARTING_COUNTED,
                 &format!("{uid}/{}", target.spec_replicas),
             ),
-            events::SCALE_DOWN_STABILIZED | events::SCALE_UP_STABILIZED | events::RISING_DEMAND => {
-                self.ctx.changed(note.reason, uid, &note.message)
-            }
+            events::SCALE_DOWN_STABILIZED
+            | events::SCALE_UP_STABILIZED
+            | events::RISING_DEMAND
+            | events::PAUSED => self.ctx.changed(note.reason, uid, &note.message),
             _ => true,
         }
     }
@@ -361,6 +368,31 @@ impl<'a> Writer<'a> {
         .await
         .map_err(ReconcileError::Status)?;
         Ok(())
+    }
+}
+
+/// The pause the scaler's annotations ask for; a value that means neither is an error that
+/// changes nothing.
+fn pause_of(scaler: &LLMScaler) -> Result<Option<Pause>, SyncError> {
+    let annotations = scaler.annotations();
+    if let Some(value) = annotations.get(PAUSED_REPLICAS_ANNOTATION) {
+        return match value.trim().parse::<i32>() {
+            Ok(replicas) if replicas >= 0 => Ok(Some(Pause::Pinned(replicas))),
+            _ => Err(SyncError::InvalidAnnotation {
+                annotation: PAUSED_REPLICAS_ANNOTATION,
+                value: value.clone(),
+                expected: "write a replica count, a whole number from 0",
+            }),
+        };
+    }
+    match annotations.get(PAUSED_ANNOTATION).map(|v| v.trim()) {
+        None | Some("false") => Ok(None),
+        Some("true") => Ok(Some(Pause::Frozen)),
+        Some(value) => Err(SyncError::InvalidAnnotation {
+            annotation: PAUSED_ANNOTATION,
+            value: value.to_owned(),
+            expected: "write \"true\" (or \"false\")",
+        }),
     }
 }
 
@@ -567,6 +599,14 @@ fn count(
         .current_replicas
         .get_or_create(&labels)
         .set(i64::from(target.ready_replicas));
+    let is_paused = decision
+        .reasons
+        .iter()
+        .any(|r| matches!(r, Reason::Held(HoldReason::Paused(_))));
+    metrics
+        .paused
+        .get_or_create(&labels)
+        .set(i64::from(is_paused));
     if let Some(written) = decision.write {
         let direction = if written > target.spec_replicas {
             "up"

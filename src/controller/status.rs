@@ -9,7 +9,7 @@ use crate::api::StartupStatus;
 use crate::api::{LLMScalerStatus, MetricStatus, Recommendation, RecommendationHistory};
 use crate::scaling::{
     Change, Decision, DeferReason, Direction, Entry, HoldReason, Learned, LimitReason, Memory,
-    Reason, TargetState,
+    Pause, Reason, TargetState,
 };
 
 pub const READY: &str = "Ready";
@@ -199,6 +199,23 @@ fn scaling_active(decision: &Decision) -> (bool, &'static str, String) {
                     false,
                     "SignalUnavailable",
                     format!("{why}; the replica count is held"),
+                );
+            }
+            Reason::Held(HoldReason::Paused(pause)) => {
+                let recommended = decision
+                    .recommendation
+                    .map_or_else(|| "nothing".to_owned(), |r| r.to_string());
+                return (
+                    false,
+                    "Paused",
+                    match pause {
+                        Pause::Pinned(replicas) => format!(
+                            "paused by annotation: pinned at {replicas}; the signal recommends {recommended}"
+                        ),
+                        Pause::Frozen => format!(
+                            "paused by annotation: frozen; the signal recommends {recommended}"
+                        ),
+                    },
                 );
             }
             _ => {}

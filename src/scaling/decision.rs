@@ -102,6 +102,8 @@ pub enum HoldReason {
     NoUsableMetric,
     /// The decision server gave no usable count.
     SignalUnavailable(String),
+    /// Paused by annotation: the replica count is the pause's.
+    Paused(super::pause::Pause),
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -8,6 +8,7 @@
 mod behavior;
 mod decision;
 mod forecast;
+mod pause;
 mod recommend;
 mod stabilization;
 mod startup;
@@ -20,6 +21,7 @@ pub use decision::{
     MetricOutcome, MetricReading, PlanReason, Reason, Rollout, Signal, TargetState, decide,
 };
 pub use forecast::Sample;
+pub use pause::{Pause, paused};
 pub use recommend::{SkipReason, TargetType, ratio_recommendation};
 pub use stabilization::{Entry, MAX_HISTORY};
 pub use startup::{

@@ -107,6 +107,8 @@ pub struct Metrics {
     pub query_errors: Family<MetricLabels, Counter>,
     pub desired_replicas: Family<ScalerLabels, Gauge>,
     pub current_replicas: Family<ScalerLabels, Gauge>,
+    /// 1 while the scaler is paused by annotation.
+    pub paused: Family<ScalerLabels, Gauge>,
     pub scale_events: Family<ScaleLabels, Counter>,
     /// 1 while this replica may write (always 1 without leader election).
     pub leader: Gauge,
@@ -122,6 +124,7 @@ impl Default for Metrics {
         let query_errors = Family::<MetricLabels, Counter>::default();
         let desired_replicas = Family::<ScalerLabels, Gauge>::default();
         let current_replicas = Family::<ScalerLabels, Gauge>::default();
+        let paused = Family::<ScalerLabels, Gauge>::default();
         let scale_events = Family::<ScaleLabels, Counter>::default();
         let leader = Gauge::default();
         registry.register(
@@ -161,6 +164,11 @@ impl Default for Metrics {
             current_replicas.clone(),
         );
         registry.register(
+            "paused",
+            "1 while the scaler is paused by annotation (paused-replicas or paused)",
+            paused.clone(),
+        );
+        registry.register(
             "scale_events",
             "Replica count changes written",
             scale_events.clone(),
@@ -174,6 +182,7 @@ impl Default for Metrics {
             query_errors,
             desired_replicas,
             current_replicas,
+            paused,
             scale_events,
             leader,
         }
@@ -210,6 +219,7 @@ impl Metrics {
         };
         self.desired_replicas.remove(&labels);
         self.current_replicas.remove(&labels);
+        self.paused.remove(&labels);
         for result in SyncResult::ALL {
             self.syncs.remove(&SyncLabels {
                 namespace: namespace.to_owned(),
