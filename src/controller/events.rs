@@ -115,15 +115,12 @@ pub fn decision_notes(
                     target.spec_replicas
                 ),
             ),
+            // Without the recommendation, which moves with the signal: the event is told when
+            // the pause begins or changes, and the ScalingActive condition says what the signal
+            // would do.
             Reason::Held(HoldReason::Paused(pause)) => Note::normal(
                 PAUSED,
-                format!(
-                    "{}; the signal recommends {}",
-                    paused_text(*pause, &target_name, target.spec_replicas),
-                    decision
-                        .recommendation
-                        .map_or_else(|| "nothing".to_owned(), |r| r.to_string())
-                ),
+                paused_text(*pause, &target_name, target.spec_replicas),
             ),
             Reason::Held(HoldReason::SignalUnavailable(why)) => Note::warning(
                 "ScalingHeld",
