@@ -721,18 +721,7 @@ async fn preemption_is_accepted_and_reported_as_having_no_effect() {
         (status.current_replicas == 3).then_some(())
     })
     .await;
-    let told: Vec<_> = env
-        .events_about("pre")
-        .await
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("PreemptionIgnored"))
-        .collect();
-    assert_eq!(told.len(), 1, "{told:?}");
-    assert!(
-        told[0].series.is_none(),
-        "repeated at every sync: {:?}",
-        told[0].series
-    );
+    env.assert_told_once("pre", "PreemptionIgnored").await;
     env.done().await;
 }
 

@@ -89,18 +89,7 @@ async fn a_step_with_slow_pods_is_one_scale_up_to_the_right_size_not_a_cascade()
     env.wait_ready("slow", 6).await;
     env.stays("slow", 6, Duration::from_secs(3)).await;
     // Told once, not patched at every sync while the pods loaded.
-    let counted: Vec<_> = env
-        .events_about("slow")
-        .await
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("StartingCounted"))
-        .collect();
-    assert_eq!(counted.len(), 1, "{counted:?}");
-    assert!(
-        counted[0].series.is_none(),
-        "repeated: {:?}",
-        counted[0].series
-    );
+    env.assert_told_once("slow", "StartingCounted").await;
     let ups = env.events("slow", "ScaledUp").await;
     assert_eq!(ups.len(), 1, "one scale-up, not a cascade: {ups:?}");
     assert!(ups[0].contains("from 2 to 6"), "{}", ups[0]);

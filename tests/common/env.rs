@@ -219,6 +219,23 @@ impl Env {
             .collect()
     }
 
+    /// Asserts that `reason` was told about `scaler` exactly once: one event, never repeated into
+    /// a series (each repeat would be an API write for nothing new).
+    pub async fn assert_told_once(&self, scaler: &str, reason: &str) {
+        let told: Vec<Event> = self
+            .events_about(scaler)
+            .await
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .collect();
+        assert_eq!(told.len(), 1, "{reason}: {told:?}");
+        assert!(
+            told[0].series.is_none(),
+            "{reason} repeated: {:?}",
+            told[0].series
+        );
+    }
+
     pub async fn wait_event(&self, scaler: &str, reason: &str, fragment: &str) -> String {
         super::eventually(
             &format!("a {reason} event containing {fragment:?}"),
