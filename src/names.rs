@@ -28,6 +28,10 @@ pub const PAUSED_ANNOTATION: &str = "autoscaling.modelsphere.dev/paused";
 /// The external metric (and the decision's metric name) of a Custom-provider scaler.
 pub const DECISION_METRIC: &str = "decision";
 
+/// The `metric` label of the scale-to-zero activation query in the operator's query metrics (not
+/// a DNS label, so no metrics[].name can take it).
+pub const ACTIVATION_QUERY: &str = "scaleToZero.activationQuery";
+
 /// The external metric that serves a scaler's recommendation.
 pub const DESIRED_REPLICAS: &str = "desired-replicas";
 

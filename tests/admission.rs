@@ -434,6 +434,81 @@ fn invalid_cases() -> Vec<Case> {
             "supported values: \"Value\", \"AverageValue\"",
         ],
     });
+    let to_zero = |zero: Value| {
+        with(
+            with(valid_spec(), "/minReplicas", json!(0)),
+            "/scaleToZero",
+            zero,
+        )
+    };
+    cases.push(Case {
+        what: "scaleToZero with a floor",
+        spec: with(
+            valid_spec(),
+            "/scaleToZero",
+            json!({ "activationQuery": "sum(x)" }),
+        ),
+        expect: vec!["spec.scaleToZero", "scaleToZero needs minReplicas: 0"],
+    });
+    cases.push(Case {
+        what: "scaleToZero under the Custom provider",
+        spec: with(
+            with(
+                with(
+                    to_zero(json!({ "activationQuery": "sum(x)" })),
+                    "/metricProvider",
+                    json!("Custom"),
+                ),
+                "/customProvider",
+                json!({ "serviceId": "llama" }),
+            ),
+            "/metrics",
+            Value::Null,
+        ),
+        expect: vec![
+            "spec.scaleToZero",
+            "scaleToZero works with metricProvider Prometheus",
+        ],
+    });
+    for bad in ["-1", "1e3", "0.5%", ""] {
+        cases.push(Case {
+            what: "an activationThreshold that is not a decimal",
+            spec: to_zero(json!({ "activationQuery": "sum(x)", "activationThreshold": bad })),
+            expect: vec![
+                "spec.scaleToZero.activationThreshold",
+                "activationThreshold must be a quoted decimal number from 0",
+            ],
+        });
+    }
+    cases.push(Case {
+        what: "scaleToZero without an activation query",
+        spec: to_zero(json!({ "idleSeconds": 60 })),
+        expect: vec!["spec.scaleToZero.activationQuery", "Required value"],
+    });
+    cases.push(Case {
+        what: "a fallback above maxReplicas",
+        spec: with(
+            valid_spec(),
+            "/fallback",
+            json!({ "failureThreshold": 3, "replicas": 5 }),
+        ),
+        expect: vec![
+            "spec.fallback.replicas",
+            "fallback.replicas must not be greater than maxReplicas",
+        ],
+    });
+    cases.push(Case {
+        what: "a fallback with no threshold",
+        spec: with(
+            valid_spec(),
+            "/fallback",
+            json!({ "failureThreshold": 0, "replicas": 2 }),
+        ),
+        expect: vec![
+            "spec.fallback.failureThreshold",
+            "should be greater than or equal to 1",
+        ],
+    });
     for bad in ["apps", "Apps/V1", "/v1", "apps/", "apps/1", "apps/v1/extra"] {
         cases.push(Case {
             what: "a targetRef.apiVersion without a group/version shape",
@@ -530,6 +605,7 @@ async fn samples_and_scale_to_zero_are_accepted_with_defaults() {
         "config/samples/autoscaling_v1alpha1_llmscaler.yaml",
         "config/samples/autoscaling_v1alpha1_llmscaler_customprovider.yaml",
         "config/samples/autoscaling_v1alpha1_llmscaler_inflight.yaml",
+        "config/samples/autoscaling_v1alpha1_llmscaler_scaletozero.yaml",
     ] {
         let object: DynamicObject = common::read_yaml(sample);
         api.create(&PostParams::default(), &object)
@@ -580,6 +656,31 @@ async fn samples_and_scale_to_zero_are_accepted_with_defaults() {
         "/decisions"
     );
     assert!(custom.spec.metrics.is_none(), "Custom needs no metrics");
+
+    let sleeper = typed.get("llmscaler-scale-to-zero-sample").await.unwrap();
+    assert_eq!(
+        sleeper.spec.scale_to_zero.as_ref().unwrap().idle_seconds,
+        900
+    );
+    // A bare scaleToZero takes its defaults.
+    let bare = with(
+        with(valid_spec(), "/minReplicas", json!(0)),
+        "/scaleToZero",
+        json!({ "activationQuery": "sum(rate(router_requests_total[1m]))" }),
+    );
+    api.create(&PostParams::default(), &scaler("bare-zero", bare))
+        .await
+        .unwrap();
+    let bare = typed.get("bare-zero").await.unwrap();
+    let zero = bare.spec.scale_to_zero.unwrap();
+    assert_eq!(
+        (
+            zero.activation_threshold.as_str(),
+            zero.idle_seconds,
+            zero.min_awake_seconds
+        ),
+        ("0", 300, 600)
+    );
 
     // Scale-to-zero, and a pinned-at-zero fleet, are legitimate specs.
     let zero = with(valid_spec(), "/minReplicas", json!(0));

@@ -559,6 +559,8 @@ async fn the_charts_rbac_is_sufficient_and_every_rule_is_needed() {
     let _turn = TURN.lock().await;
     let mut env = Env::new("rbac").await;
     common::install_leaderworkerset_crd(&env.client).await;
+    // Served, so the conflict check watches ScaledObjects (and needs the rule to).
+    common::install_scaledobject_crd(&env.client).await;
     let first_ns = env.ns.clone();
 
     // Everything the chart grants: every scenario passes.
@@ -597,6 +599,8 @@ async fn namespaced_rbac_is_enough_for_the_watched_namespaces() {
     let _turn = TURN.lock().await;
     let mut env = Env::new("rbac-namespaced").await;
     common::install_leaderworkerset_crd(&env.client).await;
+    // Served, so the conflict check watches ScaledObjects (and needs the rule to).
+    common::install_scaledobject_crd(&env.client).await;
     let first_ns = env.ns.clone();
     let passed = run(&mut env, 100, None, true, FULL_RUN).await;
     let missing = failed(&passed);

@@ -155,6 +155,156 @@ async fn scales_to_zero_on_an_idle_metric_and_wakes_from_zero() {
     env.done().await;
 }
 
+/// With scaleToZero, a router-style activation metric (it exists without pods) wakes the fleet
+/// from zero, where the per-pod query has nothing to measure; once woken, the fleet stays up for
+/// the minimum time awake although every signal has dropped, and goes to zero after it.
+#[tokio::test]
+async fn scale_to_zero_wakes_on_the_activation_metric_and_stays_up_for_the_minimum_time() {
+    const MIN_AWAKE: u64 = 20;
+    let env = Env::new("zero-wake").await;
+    env.deployment("vllm", 0).await;
+    env.set("router_rps", 0.0).await;
+    let _operator = Operator::start(&env.client, &env.ns);
+    env.scaler(
+        "z",
+        "vllm",
+        json!({
+            "minReplicas": 0, "maxReplicas": 4,
+            // No series until pods exist: the way a per-pod vLLM query behaves at zero.
+            "metrics": [{ "name": "waiting", "query": env.query("waiting"), "target": "1" }],
+            "scaleToZero": {
+                "activationQuery": format!("sum({})", env.series("router_rps")),
+                "idleSeconds": 2,
+                "minAwakeSeconds": MIN_AWAKE,
+            }
+        }),
+    )
+    .await;
+    let phase = |env: &Env| {
+        let scalers = env.scalers();
+        async move {
+            let s = scalers.get("z").await.ok()?.status?;
+            Some(s.scale_to_zero?.phase)
+        }
+    };
+    common::eventually("the scaler to say AtZero", WAIT, || async {
+        let (status, reason, _) = env.condition("z", "ScalingActive").await?;
+        (status == "True" && reason == "AtZero" && phase(&env).await? == "AtZero").then_some(())
+    })
+    .await;
+    env.stays("vllm", 0, Duration::from_secs(3)).await;
+    assert!(
+        env.events("z", "MetricSkipped").await.is_empty(),
+        "a per-pod metric with no series at zero is expected, not a warning"
+    );
+
+    // Demand at the router: one sync (1 s) later the target asks for a replica.
+    env.set("router_rps", 3.0).await;
+    let served = Instant::now();
+    common::eventually("the wake-up write", Duration::from_secs(5), || async {
+        (env.spec_replicas("vllm").await >= 1).then_some(())
+    })
+    .await;
+    let woke_in = served.elapsed();
+    assert!(
+        woke_in < Duration::from_secs(4),
+        "woken {woke_in:?} after Prometheus served the demand"
+    );
+    env.wait_event(
+        "z",
+        "ScaledUp",
+        "woken from zero: activation 3 is above the threshold 0",
+    )
+    .await;
+    env.wait_ready("vllm", 1).await;
+
+    // Every signal drops at once: the per-pod metric appears at 0, the router goes quiet.
+    env.set("waiting", 0.0).await;
+    env.set("router_rps", 0.0).await;
+    common::eventually("KeptAwake for the minimum time awake", WAIT, || async {
+        let (_, reason, message) = env.condition("z", "ScalingLimited").await?;
+        (reason == "KeptAwake" && message.contains("minAwakeSeconds 20")).then_some(())
+    })
+    .await;
+    let awake_for = served.elapsed();
+    let remaining =
+        Duration::from_secs(MIN_AWAKE).saturating_sub(awake_for + Duration::from_secs(2));
+    assert!(
+        remaining >= Duration::from_secs(5),
+        "the test needs time left to watch ({awake_for:?} already awake)"
+    );
+    env.stays("vllm", 1, remaining).await;
+
+    // Past the minimum: to zero, and the scaler says so.
+    env.wait_ready("vllm", 0).await;
+    env.wait_event(
+        "z",
+        "ScaledDown",
+        "to zero: no demand above the activation threshold",
+    )
+    .await;
+    assert!(
+        served.elapsed() >= Duration::from_secs(MIN_AWAKE),
+        "went to zero {:?} after waking",
+        served.elapsed()
+    );
+    common::eventually("the scaler to say AtZero again", WAIT, || async {
+        (phase(&env).await? == "AtZero").then_some(())
+    })
+    .await;
+    env.done().await;
+}
+
+/// A lost signal holds by default; with a fallback, after failureThreshold syncs the fleet runs at
+/// least fallback.replicas, and the first good reading hands control back to the signal.
+#[tokio::test]
+async fn a_fallback_raises_a_fleet_whose_signal_is_lost_and_ends_on_the_first_good_reading() {
+    let env = Env::new("fallback").await;
+    env.deployment("vllm", 2).await;
+    env.set("kv", 1.0).await;
+    let _operator = Operator::start(&env.client, &env.ns);
+    env.scaler(
+        "fb",
+        "vllm",
+        json!({
+            "minReplicas": 1, "maxReplicas": 6,
+            "metrics": [{ "name": "kv", "query": env.query("kv"), "target": "1" }],
+            "fallback": { "failureThreshold": 3, "replicas": 4 }
+        }),
+    )
+    .await;
+    common::eventually("a good sync", WAIT, || async {
+        let (_, reason, _) = env.condition("fb", "ScalingActive").await?;
+        (reason == "ValidMetric").then_some(())
+    })
+    .await;
+
+    // The series goes away: no usable signal.
+    env.exporter().remove(&env.series("kv"));
+    env.prometheus().wait_for_empty(&env.query("kv")).await;
+    env.wait_ready("vllm", 4).await;
+    let (status, reason, message) = env.condition("fb", "ScalingActive").await.unwrap();
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "FallbackActive")
+    );
+    assert!(message.contains("fallback.replicas 4"), "{message}");
+    let lost = env.scalers().get("fb").await.unwrap().status.unwrap();
+    assert!(lost.syncs_without_signal.unwrap_or(0) >= 3, "{lost:?}");
+    env.wait_event("fb", "FallbackActive", "runs at no fewer than 4")
+        .await;
+    env.assert_told_once("fb", "FallbackActive").await;
+
+    // The first good reading: 4 ready × 0.5 / 1 = 2.
+    env.set("kv", 0.5).await;
+    env.wait_ready("vllm", 2).await;
+    let (_, reason, _) = env.condition("fb", "ScalingActive").await.unwrap();
+    assert_eq!(reason, "ValidMetric");
+    let back = env.scalers().get("fb").await.unwrap().status.unwrap();
+    assert_eq!(back.syncs_without_signal, None);
+    env.done().await;
+}
+
 #[tokio::test]
 async fn scales_down_to_min_and_a_step_cap_walks_the_fleet_down() {
     let env = Env::new("step-cap").await;

@@ -77,6 +77,12 @@ true
 - apiGroups: [events.k8s.io]
   resources: [events]
   verbs: [create, patch]
+- apiGroups: [autoscaling]
+  resources: [horizontalpodautoscalers]
+  verbs: [list, watch]
+- apiGroups: [keda.sh]
+  resources: [scaledobjects]
+  verbs: [list, watch]
 {{- if .Values.rbac.secretHeaders }}
 - apiGroups: [""]
   resources: [secrets]

@@ -3,8 +3,12 @@
 
 use thiserror::Error;
 
-use super::llmscaler::{LLMScalerSpec, MetricTargetType, PolicyType, ScalingPolicy, SelectPolicy};
-use crate::scaling::{Behavior, PolicyKind, RatePolicy, Rules, Select, TargetType};
+use super::llmscaler::{
+    LLMScalerSpec, MetricProvider, MetricTargetType, PolicyType, ScalingPolicy, SelectPolicy,
+};
+use crate::scaling::{
+    Behavior, FallbackRules, PolicyKind, RatePolicy, Rules, Select, TargetType, ZeroRules,
+};
 
 /// A field that admission should have refused (the object predates the rule).
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -13,6 +17,18 @@ pub enum BehaviorError {
         "{field} is {value:?}: write a quoted decimal fraction from 0 up to (not including) 1, e.g. \"0.1\" for 10%"
     )]
     Tolerance { field: &'static str, value: String },
+    #[error(
+        "scaleToZero.activationThreshold is {0:?}: write a quoted decimal number from 0, e.g. \"0\" or \"0.5\""
+    )]
+    ActivationThreshold(String),
+    #[error(
+        "scaleToZero needs minReplicas: 0 (it is {0}): set minReplicas to 0, or remove scaleToZero"
+    )]
+    ScaleToZeroFloor(i32),
+    #[error(
+        "scaleToZero works with metricProvider Prometheus: under Custom the decision server's own count wakes and stops the target"
+    )]
+    ScaleToZeroProvider,
 }
 
 /// The damping both directions apply, from the spec.
@@ -65,6 +81,38 @@ fn policy(p: &ScalingPolicy) -> RatePolicy {
         value: p.value,
         period_seconds: p.period_seconds,
     }
+}
+
+/// The spec's scaleToZero, in the core's terms; `None` without one.
+pub fn zero_rules(spec: &LLMScalerSpec) -> Result<Option<ZeroRules>, BehaviorError> {
+    let Some(zero) = &spec.scale_to_zero else {
+        return Ok(None);
+    };
+    if spec.min_replicas != 0 {
+        return Err(BehaviorError::ScaleToZeroFloor(spec.min_replicas));
+    }
+    if spec.metric_provider != MetricProvider::Prometheus {
+        return Err(BehaviorError::ScaleToZeroProvider);
+    }
+    let raw = &zero.activation_threshold;
+    let threshold = crate::api::validation::is_plain_decimal(raw)
+        .then(|| raw.parse::<f64>().ok())
+        .flatten()
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .ok_or_else(|| BehaviorError::ActivationThreshold(raw.clone()))?;
+    Ok(Some(ZeroRules {
+        threshold,
+        idle_seconds: i64::from(zero.idle_seconds.max(0)),
+        min_awake_seconds: i64::from(zero.min_awake_seconds.max(0)),
+    }))
+}
+
+/// The spec's fallback, in the core's terms; `None` without one.
+pub fn fallback_rules(spec: &LLMScalerSpec) -> Option<FallbackRules> {
+    spec.fallback.as_ref().map(|f| FallbackRules {
+        failure_threshold: u32::try_from(f.failure_threshold.max(1)).unwrap_or(1),
+        replicas: f.replicas,
+    })
 }
 
 /// The core's form of a metric's targetType.

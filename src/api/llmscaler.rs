@@ -66,6 +66,15 @@ use serde::{Deserialize, Serialize};
     validation = Rule::new("self.metricProvider != 'Custom' || has(self.customProvider)")
         .message("customProvider is required when metricProvider is Custom: set customProvider.serviceId to the service whose decision should drive this target")
         .field_path(".customProvider"),
+    validation = Rule::new("!has(self.scaleToZero) || self.minReplicas == 0")
+        .message("scaleToZero needs minReplicas: 0: set minReplicas to 0, or remove scaleToZero to keep a floor")
+        .field_path(".scaleToZero"),
+    validation = Rule::new("!has(self.scaleToZero) || self.metricProvider == 'Prometheus'")
+        .message("scaleToZero works with metricProvider Prometheus: under Custom the decision server's own count (0 or more) wakes and stops the target")
+        .field_path(".scaleToZero"),
+    validation = Rule::new("!has(self.fallback) || self.fallback.replicas <= self.maxReplicas")
+        .message("fallback.replicas must not be greater than maxReplicas: lower fallback.replicas or raise maxReplicas")
+        .field_path(".fallback.replicas"),
     validation = Rule::new("!has(self.metrics) || self.metrics.all(m, !has(m.name) || self.metrics.exists_one(o, has(o.name) && o.name == m.name))")
         .message("metrics[].name must be unique within the scaler: give each metric its own name")
         .field_path(".metrics"),
@@ -152,6 +161,19 @@ pub struct LLMScalerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 3600))]
     pub startup_seconds: Option<i32>,
+
+    /// Scale to zero and wake up again on a signal that exists while no pod runs (a router's or
+    /// a gateway's request rate). Requires minReplicas: 0 and the Prometheus provider. Without
+    /// it, minReplicas: 0 still lets the metrics scale the target to zero, but a per-pod query has
+    /// nothing to measure there and cannot wake it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_to_zero: Option<ScaleToZero>,
+
+    /// Opt-in: after failureThreshold consecutive syncs without a usable signal (every query
+    /// failed or empty, or the decision server unusable), run at least `replicas` until the
+    /// first good reading. Without it a lost signal holds the fleet where it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<Fallback>,
 
     /// Reserved for preemption support. Accepted and stored, but the controller does not act on
     /// it yet.
@@ -476,6 +498,65 @@ pub enum ScaleDownBehavior {
     None,
 }
 
+/// Going to zero replicas and waking up again.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleToZero {
+    /// PromQL returning one value that exists while the target has no pod, e.g. a router's
+    /// request rate: sum(rate(router_requests_total{model="my-model"}[1m])). Above
+    /// activationThreshold it wakes the target from zero; at or below it for idleSeconds it lets
+    /// the target go to zero. Append `or vector(0)` when the series exists only after a first
+    /// request. A query that fails or returns nothing neither wakes nor puts to sleep.
+    #[schemars(length(min = 1, max = 4096))]
+    pub activation_query: String,
+
+    /// The activation value above which the target wakes, as a quoted decimal: "0" (the
+    /// default) wakes on any demand.
+    #[serde(default = "default_activation_threshold")]
+    #[x_kube(validation = Rule::new("self.matches('^([0-9]+([.][0-9]*)?|[.][0-9]+)$')")
+        .message("scaleToZero.activationThreshold must be a quoted decimal number from 0, e.g. \"0\" or \"0.5\""))]
+    #[schemars(length(max = 32))]
+    pub activation_threshold: String,
+
+    /// Seconds the activation value must stay at or below the threshold, without a break, before
+    /// the target goes to zero. Default 300.
+    #[serde(default = "default_idle_seconds")]
+    #[schemars(range(min = 0, max = 86400))]
+    pub idle_seconds: i32,
+
+    /// Seconds a target woken from zero stays awake at least, whatever the signal, so a cold
+    /// start (image pull, model load) can finish and serve. Default 600.
+    #[serde(default = "default_min_awake_seconds")]
+    #[schemars(range(min = 0, max = 86400))]
+    pub min_awake_seconds: i32,
+}
+
+pub(crate) fn default_activation_threshold() -> String {
+    "0".to_owned()
+}
+
+pub(crate) fn default_idle_seconds() -> i32 {
+    300
+}
+
+pub(crate) fn default_min_awake_seconds() -> i32 {
+    600
+}
+
+/// The replicas to run at least when the signal has been lost for a while.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Fallback {
+    /// Consecutive syncs without a usable signal before the fallback applies.
+    #[schemars(range(min = 1, max = 1000))]
+    pub failure_threshold: i32,
+
+    /// The fewest replicas to run while it applies; a larger fleet is held, not shrunk. At most
+    /// maxReplicas.
+    #[schemars(range(min = 1))]
+    pub replicas: i32,
+}
+
 /// Reserved: accepted by the API, not acted on by the controller.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
@@ -530,6 +611,29 @@ pub struct LLMScalerStatus {
     /// How long the target's pods take from creation to Ready, learned from the pods themselves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub startup: Option<StartupStatus>,
+
+    /// Where the target is in its sleep cycle, under scaleToZero.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_to_zero: Option<ScaleToZeroStatus>,
+
+    /// Consecutive syncs without a usable signal (what fallback.failureThreshold counts); absent
+    /// while the signal is fine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub syncs_without_signal: Option<i32>,
+}
+
+/// The sleep cycle of a target under scaleToZero.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleToZeroStatus {
+    /// AtZero (no replica asked for), Waking (woken, no replica Ready yet) or Awake.
+    pub phase: String,
+    /// Since when the activation value has stayed at or below the threshold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_since: Option<Time>,
+    /// When the scaler last woke the target from zero.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub woke_at: Option<Time>,
 }
 
 /// The start-up delay learned from the target's pods.

@@ -7,10 +7,10 @@ pub mod validation;
 
 pub use crd::{CrdError, crd_yaml};
 pub use llmscaler::{
-    CustomProvider, LLMScaler, LLMScalerSpec, LLMScalerStatus, MetricProvider, MetricSpec,
-    MetricStatus, MetricTargetType, PolicyType, Preemption, Recommendation, RecommendationHistory,
-    ScaleDown, ScaleDownBehavior, ScaleUp, ScalingPolicy, SelectPolicy, ServerHeadersFrom,
-    StartupStatus, TargetRef,
+    CustomProvider, Fallback, LLMScaler, LLMScalerSpec, LLMScalerStatus, MetricProvider,
+    MetricSpec, MetricStatus, MetricTargetType, PolicyType, Preemption, Recommendation,
+    RecommendationHistory, ScaleDown, ScaleDownBehavior, ScaleToZero, ScaleToZeroStatus, ScaleUp,
+    ScalingPolicy, SelectPolicy, ServerHeadersFrom, StartupStatus, TargetRef,
 };
 
 /// API group of every resource this operator defines.

@@ -40,7 +40,7 @@ pub fn parse_target(raw: &str) -> Result<f64, TargetError> {
 }
 
 /// `^([0-9]+([.][0-9]*)?|[.][0-9]+)$`, the CEL rule's shape, without a regex engine.
-fn is_plain_decimal(raw: &str) -> bool {
+pub(crate) fn is_plain_decimal(raw: &str) -> bool {
     let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
     match raw.split_once('.') {
         None => !raw.is_empty() && all_digits(raw),

@@ -41,10 +41,23 @@ pub enum SyncError {
     InvalidAnnotation {
         annotation: &'static str,
         value: String,
-        expected: &'static str,
+        expected: String,
     },
     #[error(transparent)]
     DecisionUrl(DecisionError),
+    /// Another autoscaler drives the target: two writers would take spec.replicas from each
+    /// other at every sync.
+    #[error(
+        "{other} also scales {kind}/{name}: this scaler writes nothing while it does (remove one of them, or annotate this scaler {dry_run}=true to keep it as an observer)"
+    )]
+    ConflictingAutoscaler {
+        kind: String,
+        name: String,
+        other: super::conflicts::Conflict,
+        dry_run: &'static str,
+    },
+    #[error(transparent)]
+    ConflictCheck(#[from] super::conflicts::ConflictCheckError),
     #[error("cannot set spec.replicas of {kind} {name} to {replicas}: {source}")]
     Scale {
         kind: String,
@@ -67,11 +80,12 @@ pub enum FailureReason {
     SecretUnavailable,
     InvalidSpec,
     InvalidAnnotation,
+    ConflictingAutoscaler,
     ScaleFailed,
 }
 
 impl FailureReason {
-    pub const ALL: [FailureReason; 9] = [
+    pub const ALL: [FailureReason; 10] = [
         Self::UnknownTargetKind,
         Self::TargetUnavailable,
         Self::TargetNotFound,
@@ -80,6 +94,7 @@ impl FailureReason {
         Self::SecretUnavailable,
         Self::InvalidSpec,
         Self::InvalidAnnotation,
+        Self::ConflictingAutoscaler,
         Self::ScaleFailed,
     ];
 
@@ -93,6 +108,7 @@ impl FailureReason {
             Self::SecretUnavailable => "SecretUnavailable",
             Self::InvalidSpec => "InvalidSpec",
             Self::InvalidAnnotation => "InvalidAnnotation",
+            Self::ConflictingAutoscaler => "ConflictingAutoscaler",
             Self::ScaleFailed => "ScaleFailed",
         }
     }
@@ -110,7 +126,8 @@ impl SyncError {
             Self::TargetLookup(TargetLookupError::UnknownKind { .. }) => {
                 FailureReason::UnknownTargetKind
             }
-            Self::TargetLookup(_) => FailureReason::TargetUnavailable,
+            Self::TargetLookup(_) | Self::ConflictCheck(_) => FailureReason::TargetUnavailable,
+            Self::ConflictingAutoscaler { .. } => FailureReason::ConflictingAutoscaler,
             Self::TargetNotFound { .. } => FailureReason::TargetNotFound,
             Self::InvalidTarget(_) => FailureReason::InvalidTarget,
             Self::ServerAddress(_) => FailureReason::ServerAddressNotAllowed,

@@ -8,7 +8,7 @@ use crate::api::{LLMScaler, MetricProvider};
 use crate::names::DECISION_METRIC;
 use crate::scaling::{
     Decision, DeferReason, Direction, HoldReason, LimitReason, Pause, PlanReason, Reason,
-    TargetState,
+    TargetState, ZeroReason,
 };
 
 /// The reason of the event that says pods still starting were counted as capacity.
@@ -18,8 +18,24 @@ pub const SCALE_DOWN_STABILIZED: &str = "ScaleDownStabilized";
 pub const SCALE_UP_STABILIZED: &str = "ScaleUpStabilized";
 /// The reason of the event that says the scaler is paused by annotation.
 pub const PAUSED: &str = "Paused";
+/// The reason of the event that says the fallback count applies.
+pub const FALLBACK_ACTIVE: &str = "FallbackActive";
 /// The reason of the event that says a scale-down waits because the demand is rising.
 pub const RISING_DEMAND: &str = "RisingDemand";
+
+/// The states that last many syncs: each is told when it begins and when it changes, not at
+/// every sync (a repeat would patch the event's series, an API write with nothing new).
+pub const LASTING: [&str; 6] = [
+    SCALE_DOWN_STABILIZED,
+    SCALE_UP_STABILIZED,
+    RISING_DEMAND,
+    FALLBACK_ACTIVE,
+    PAUSED,
+    CONFLICTING_AUTOSCALER,
+];
+
+/// The reason of the warning that says another autoscaler drives the target.
+pub const CONFLICTING_AUTOSCALER: &str = "ConflictingAutoscaler";
 
 /// One event to publish.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,8 +76,13 @@ pub fn decision_notes(
         scaler.spec.target_ref.kind, scaler.spec.target_ref.name
     );
     let mut notes = Vec::new();
+    // At zero a per-pod metric has nothing to measure: that is the expected state, not news.
+    let at_zero = decision
+        .reasons
+        .iter()
+        .any(|r| matches!(r, Reason::Zero(ZeroReason::AtZero { .. })));
 
-    if scaler.spec.metric_provider == MetricProvider::Prometheus {
+    if scaler.spec.metric_provider == MetricProvider::Prometheus && !at_zero {
         let queries = scaler.spec.metrics.as_deref().unwrap_or_default();
         for (metric, spec) in decision.metrics.iter().zip(queries) {
             if let Err(why) = &metric.recommendation {
@@ -82,7 +103,7 @@ pub fn decision_notes(
             "{verb} {target_name} from {} to {written}",
             target.spec_replicas
         );
-        if let Some(driver) = driver(decision) {
+        if let Some(driver) = zero_or_fallback(decision).or_else(|| driver(decision)) {
             message.push_str(&format!(" ({driver})"));
         }
         if let Some(expected) = looked_ahead(decision) {
@@ -108,6 +129,14 @@ pub fn decision_notes(
 
     for reason in &decision.reasons {
         let note = match reason {
+            // Without the count of syncs, which grows: told when the fallback begins.
+            Reason::Held(HoldReason::Fallback { floor, .. }) => Note::warning(
+                FALLBACK_ACTIVE,
+                format!(
+                    "no usable signal for fallback.failureThreshold consecutive syncs: {target_name} runs at no fewer than {floor} (fallback.replicas) until the first good reading"
+                ),
+            ),
+            Reason::Held(HoldReason::NoUsableMetric) if at_zero => continue,
             Reason::Held(HoldReason::NoUsableMetric) => Note::warning(
                 "ScalingHeld",
                 format!(
@@ -240,6 +269,29 @@ fn rate_limit(decision: &Decision) -> Option<String> {
                 Direction::Up => "scale-up",
                 Direction::Down => "scale-down",
             }
+        )),
+        _ => None,
+    })
+}
+
+/// "woken from zero: activation 2.5 is above the threshold 0", "idle for 300s", "fallback: ..."
+/// when scale-to-zero or the fallback made the write.
+fn zero_or_fallback(decision: &Decision) -> Option<String> {
+    decision.reasons.iter().find_map(|r| match r {
+        Reason::Zero(ZeroReason::Woke {
+            activation,
+            threshold,
+        }) => Some(match activation {
+            Ok(v) if v > threshold => {
+                format!("woken from zero: activation {v} is above the threshold {threshold}")
+            }
+            _ => "woken from zero by the metrics' own recommendation".to_owned(),
+        }),
+        Reason::Zero(ZeroReason::WentToZero { idle_seconds }) => Some(format!(
+            "to zero: no demand above the activation threshold for {idle_seconds}s"
+        )),
+        Reason::Held(HoldReason::Fallback { syncs, .. }) => Some(format!(
+            "fallback: no usable signal for {syncs} consecutive syncs"
         )),
         _ => None,
     })

@@ -40,6 +40,7 @@ impl Seen {
 #[derive(Default)]
 struct State {
     deployments: Vec<Value>,
+    hpas: Vec<Value>,
     seen: Vec<Seen>,
 }
 
@@ -64,6 +65,20 @@ impl FakeApi {
             "status": { "replicas": replicas, "readyReplicas": replicas,
                         "updatedReplicas": replicas, "availableReplicas": replicas,
                         "observedGeneration": 1 }
+        }));
+        self
+    }
+
+    /// An HPA of the Deployment `target`.
+    fn with_hpa(self, name: &str, target: &str) -> Self {
+        self.lock().hpas.push(json!({
+            "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+            "metadata": { "name": name, "namespace": NS, "uid": format!("uid-{name}"),
+                          "resourceVersion": "1" },
+            "spec": {
+                "scaleTargetRef": { "apiVersion": "apps/v1", "kind": "Deployment", "name": target },
+                "minReplicas": 1, "maxReplicas": 5
+            }
         }));
         self
     }
@@ -155,6 +170,18 @@ impl FakeApi {
                         "metadata": { "resourceVersion": "1" },
                         "items": self.lock().deployments.clone() }),
             ),
+            (&Method::GET, p)
+                if p == format!(
+                    "/apis/autoscaling/v2/namespaces/{NS}/horizontalpodautoscalers"
+                ) =>
+            {
+                (
+                    StatusCode::OK,
+                    json!({ "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscalerList",
+                            "metadata": { "resourceVersion": "1" },
+                            "items": self.lock().hpas.clone() }),
+                )
+            }
             (&Method::GET, p) if p.ends_with("/pods") => (
                 StatusCode::OK,
                 json!({ "apiVersion": "v1", "kind": "PodList",
@@ -608,6 +635,8 @@ async fn a_pin_is_written_a_freeze_writes_nothing_and_a_bad_pause_changes_nothin
     for (annotation, value) in [
         (crate::names::PAUSED_REPLICAS_ANNOTATION, "three"),
         (crate::names::PAUSED_REPLICAS_ANNOTATION, "-1"),
+        // Above maxReplicas (10).
+        (crate::names::PAUSED_REPLICAS_ANNOTATION, "11"),
         (crate::names::PAUSED_ANNOTATION, "yes"),
     ] {
         let h = Harness::leader(FakeApi::default().with_deployment("vllm", 2));
@@ -640,4 +669,57 @@ async fn a_pin_is_written_a_freeze_writes_nothing_and_a_bad_pause_changes_nothin
         h.exposition()
             .contains(r#"llmscaler_paused{namespace="ns",scaler="free"} 0"#)
     );
+}
+
+#[tokio::test]
+async fn an_hpa_on_the_target_stops_every_write_and_is_told_once() {
+    let server = prometheus(3.0).await;
+    let h = Harness::leader(
+        FakeApi::default()
+            .with_deployment("vllm", 2)
+            .with_hpa("vllm-hpa", "vllm"),
+    );
+    let scaler = scaler_json("s", &server, json!({}));
+    h.sync(&scaler).await;
+    h.sync(&scaler).await;
+    assert!(
+        h.api.scale_writes("vllm").is_empty(),
+        "the signal asks for 6"
+    );
+    let (ok, reason, message) = condition(&h.api.status().expect("status"), "Ready");
+    assert_eq!(
+        (ok.as_str(), reason.as_str()),
+        ("False", "ConflictingAutoscaler")
+    );
+    assert!(
+        message.contains("HorizontalPodAutoscaler vllm-hpa also scales Deployment/vllm"),
+        "{message}"
+    );
+    let told: Vec<_> = h
+        .api
+        .events()
+        .into_iter()
+        .filter(|(r, _)| r == "ConflictingAutoscaler")
+        .collect();
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert_eq!(h.api.event_repeats(), 0);
+
+    // An HPA on another Deployment is no conflict; a dry-run scaler takes nothing from anyone.
+    let h = Harness::leader(
+        FakeApi::default()
+            .with_deployment("vllm", 2)
+            .with_hpa("other", "not-vllm"),
+    );
+    h.sync(&scaler).await;
+    assert_eq!(h.api.scale_writes("vllm"), vec![6]);
+    let h = Harness::leader(
+        FakeApi::default()
+            .with_deployment("vllm", 2)
+            .with_hpa("vllm-hpa", "vllm"),
+    );
+    let mut observer = scaler_json("s", &server, json!({}));
+    observer["metadata"]["annotations"] = json!({ crate::names::DRY_RUN_ANNOTATION: "true" });
+    h.sync(&observer).await;
+    let (ok, _, _) = condition(&h.api.status().expect("status"), "Ready");
+    assert_eq!(ok, "True");
 }

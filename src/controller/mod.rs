@@ -1,5 +1,7 @@
 //! Everything that talks to the cluster on behalf of an LLMScaler.
 
+mod cached_watch;
+pub mod conflicts;
 mod error;
 pub mod events;
 #[cfg(test)]
@@ -37,6 +39,8 @@ pub struct Context {
     /// One pool for every signal source.
     pub http: reqwest::Client,
     pub targets: target_watches::TargetWatches,
+    /// Other autoscalers of the same targets.
+    pub conflicts: conflicts::Conflicts,
     pub cache: MetricCache,
     pub recorder: Recorder,
     pub metrics: Metrics,
@@ -75,7 +79,12 @@ impl Context {
         Self {
             targets: target_watches::TargetWatches::new(
                 client.clone(),
-                namespace,
+                namespace.clone(),
+                supervisor.clone(),
+            ),
+            conflicts: conflicts::Conflicts::new(
+                client.clone(),
+                namespace.clone(),
                 supervisor.clone(),
             ),
             recorder: Recorder::new(client.clone(), reporter),
@@ -117,6 +126,16 @@ impl Context {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         last.insert((topic, uid.to_owned()), digest) != Some(digest)
+    }
+
+    /// Forgets what was last told about this topic, once the state it described has ended: the
+    /// same state beginning again is news again.
+    pub fn ended(&self, topic: &'static str, uid: &str) {
+        let mut last = self
+            .last_told
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        last.remove(&(topic, uid.to_owned()));
     }
 
     pub fn may_have_marks(&self, uid: &str) -> bool {
@@ -272,6 +291,7 @@ async fn run_one(
     let ctx = Arc::new(Context::new(client, namespace, shared, supervisor.clone()));
 
     let (reader, writer) = reflector::store();
+    ctx.conflicts.set_scalers(reader.clone());
     let forget = ctx.clone();
     let stream = reflector::reflector(
         writer,

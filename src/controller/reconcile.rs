@@ -29,11 +29,13 @@ use crate::api::validation::parse_target;
 use crate::api::{LLMScaler, LLMScalerStatus, MetricProvider, StartupStatus};
 use crate::metric_cache::{CachedMetric, ScalerKey, ScalerSnapshot};
 use crate::names::{
-    DECISION_METRIC, DRY_RUN_ANNOTATION, PAUSED_ANNOTATION, PAUSED_REPLICAS_ANNOTATION,
+    ACTIVATION_QUERY, DECISION_METRIC, DRY_RUN_ANNOTATION, PAUSED_ANNOTATION,
+    PAUSED_REPLICAS_ANNOTATION,
 };
 use crate::scaling::{
-    Bounds, Decision, HoldReason, Input, MetricReading, Pause, Reason, Signal, SkipReason,
-    TargetState, decide, effective_startup, paused,
+    Bounds, Decision, HoldReason, Input, MetricReading, Pause, Reason, Signal, SignalHealth,
+    SkipReason, TargetState, ZeroMemory, decide, decide_with_zero, effective_startup, paused,
+    signal_health, with_fallback,
 };
 use crate::signals::{decision_server, http, prometheus};
 use crate::telemetry::metrics::{
@@ -100,6 +102,10 @@ struct Observed {
     /// The resolved serverHeaders, for the deletion-cost query.
     headers: HeaderMap,
     startup: Option<StartupStatus>,
+    /// The scale-to-zero timers after this sync, under scaleToZero.
+    zero: Option<ZeroMemory>,
+    /// Consecutive syncs without a usable signal, this one included.
+    syncs_without_signal: u32,
 }
 
 /// A sync that reached a decision, and what it wrote.
@@ -151,6 +157,18 @@ async fn observe(
         namespace: namespace.to_owned(),
     })?;
     let observed = watched_target::snapshot(&target_ref.kind, &target_ref.api_version, &object)?;
+    // An observer writes nothing, so it takes nothing from anyone (the advisory mode: an HPA
+    // following this scaler's desired-replicas metric).
+    if !is_dry_run(scaler)
+        && let Some(other) = ctx.conflicts.find(scaler, namespace).await?
+    {
+        return Err(SyncError::ConflictingAutoscaler {
+            kind: target_ref.kind.clone(),
+            name: target_ref.name.clone(),
+            other,
+            dry_run: DRY_RUN_ANNOTATION,
+        });
+    }
 
     // Before any request: the address may be somewhere the operator must not call.
     ctx.allowed.check(&spec.server_address)?;
@@ -164,6 +182,13 @@ async fn observe(
         }
     };
     let behavior = crate::api::behavior::behavior(spec)?;
+    let zero_rules = crate::api::behavior::zero_rules(spec)?;
+    let activation = match (&zero_rules, &spec.scale_to_zero) {
+        (Some(_), Some(zero)) => {
+            Some(read_activation(scaler, ctx, namespace, &headers, &zero.activation_query).await)
+        }
+        _ => None,
+    };
     let uid = scaler.uid().unwrap_or_default();
     let target_uid = object.uid().unwrap_or_default();
     let startup = match &object.selector {
@@ -189,9 +214,37 @@ async fn observe(
         memory,
         now,
     };
+    let activation_read = activation
+        .as_ref()
+        .map(|a| a.as_ref().is_ok_and(|v| v.is_finite()));
+    let (decision, zero) = match (zero_rules, activation) {
+        (Some(rules), Some(activation)) => {
+            let (decision, zero) = decide_with_zero(
+                &input,
+                &rules,
+                activation,
+                status::stored_zero(scaler.status.as_ref()),
+            );
+            (decision, Some(zero))
+        }
+        _ => (decide(&input), None),
+    };
+    // Counted with or without a fallback: status says how long the signal has been gone.
+    let health = signal_health(&decision, observed.spec_replicas, activation_read);
+    let before = status::stored_syncs_without_signal(scaler.status.as_ref());
+    let (decision, syncs_without_signal) = match crate::api::behavior::fallback_rules(spec) {
+        Some(rules) => with_fallback(decision, &rules, health, before, &input),
+        None => {
+            let syncs = match health {
+                SignalHealth::Lost => before.saturating_add(1),
+                SignalHealth::Usable | SignalHealth::NotExpected => 0,
+            };
+            (decision, syncs)
+        }
+    };
     let decision = match pause {
-        Some(pause) => paused(decide(&input), pause, &observed, &input.memory),
-        None => decide(&input),
+        Some(pause) => paused(decision, pause, &observed, &input.memory),
+        None => decision,
     };
     ctx.set_samples(&uid, decision.memory.samples.clone());
     Ok(Observed {
@@ -202,6 +255,8 @@ async fn observe(
         object,
         headers,
         startup,
+        zero,
+        syncs_without_signal,
     })
 }
 
@@ -289,30 +344,41 @@ impl<'a> Writer<'a> {
                 target: &synced.observed.target,
                 target_uid: &synced.observed.target_uid,
                 wrote: synced.wrote,
+                zero: synced.observed.zero.as_ref(),
+                syncs_without_signal: synced.observed.syncs_without_signal,
             },
             Err(error) => Outcome::Failed(error),
         };
         self.write_status(scaler, namespace, &rendered, now).await?;
 
-        let mut notes = match outcome {
+        let (mut notes, candidates, target) = match outcome {
             Ok(synced) => {
                 let Observed {
                     decision, target, ..
                 } = &synced.observed;
-                let mut notes = synced.notes.clone();
-                notes.extend(
-                    events::decision_notes(scaler, decision, target, is_dry_run(scaler))
-                        .into_iter()
-                        .filter(|n| self.worth_telling(n, &uid, target)),
-                );
-                notes
+                let decided = events::decision_notes(scaler, decision, target, is_dry_run(scaler));
+                (synced.notes.clone(), decided, Some(target))
             }
-            Err(error) => vec![Note {
-                warning: true,
-                reason: error.reason().as_str(),
-                message: error.to_string(),
-            }],
+            Err(error) => {
+                let failed = Note {
+                    warning: true,
+                    reason: error.reason().as_str(),
+                    message: error.to_string(),
+                };
+                (Vec::new(), vec![failed], None)
+            }
         };
+        // A lasting state that is over: its beginning again is news again.
+        for topic in events::LASTING {
+            if !candidates.iter().any(|n| n.reason == topic) {
+                ctx.ended(topic, &uid);
+            }
+        }
+        notes.extend(
+            candidates
+                .into_iter()
+                .filter(|n| self.worth_telling(n, &uid, target)),
+        );
         // Notices about the spec are told once per scaler: repeated, each sync would patch the
         // event's series, an API write per sync for nothing new.
         notes.extend(
@@ -326,17 +392,16 @@ impl<'a> Writer<'a> {
 
     /// States that last many syncs are told when they begin or change, not at every sync (each
     /// repeat would patch the event's series: an API write per sync with nothing new in it).
-    fn worth_telling(&self, note: &Note, uid: &str, target: &TargetState) -> bool {
-        match note.reason {
+    fn worth_telling(&self, note: &Note, uid: &str, target: Option<&TargetState>) -> bool {
+        match (note.reason, target) {
             // Once per count asked for: the number starting falls as the pods load.
-            events::STARTING_COUNTED => self.ctx.first_time(
+            (events::STARTING_COUNTED, Some(target)) => self.ctx.first_time(
                 events::STARTING_COUNTED,
                 &format!("{uid}/{}", target.spec_replicas),
             ),
-            events::SCALE_DOWN_STABILIZED
-            | events::SCALE_UP_STABILIZED
-            | events::RISING_DEMAND
-            | events::PAUSED => self.ctx.changed(note.reason, uid, &note.message),
+            (topic, _) if events::LASTING.contains(&topic) => {
+                self.ctx.changed(note.reason, uid, &note.message)
+            }
             _ => true,
         }
     }
@@ -376,12 +441,15 @@ impl<'a> Writer<'a> {
 fn pause_of(scaler: &LLMScaler) -> Result<Option<Pause>, SyncError> {
     let annotations = scaler.annotations();
     if let Some(value) = annotations.get(PAUSED_REPLICAS_ANNOTATION) {
+        // Within the spec's bounds: a pin past maxReplicas is a typo more often than an intent,
+        // and the bounds are what the platform team agreed to pay for.
+        let max = scaler.spec.max_replicas;
         return match value.trim().parse::<i32>() {
-            Ok(replicas) if replicas >= 0 => Ok(Some(Pause::Pinned(replicas))),
+            Ok(replicas) if (0..=max).contains(&replicas) => Ok(Some(Pause::Pinned(replicas))),
             _ => Err(SyncError::InvalidAnnotation {
                 annotation: PAUSED_REPLICAS_ANNOTATION,
                 value: value.clone(),
-                expected: "write a replica count, a whole number from 0",
+                expected: format!("write a replica count from 0 to maxReplicas ({max})"),
             }),
         };
     }
@@ -391,12 +459,12 @@ fn pause_of(scaler: &LLMScaler) -> Result<Option<Pause>, SyncError> {
         Some(value) => Err(SyncError::InvalidAnnotation {
             annotation: PAUSED_ANNOTATION,
             value: value.to_owned(),
-            expected: "write \"true\" (or \"false\")",
+            expected: "write \"true\" (or \"false\")".to_owned(),
         }),
     }
 }
 
-fn is_dry_run(scaler: &LLMScaler) -> bool {
+pub(super) fn is_dry_run(scaler: &LLMScaler) -> bool {
     scaler
         .annotations()
         .get(DRY_RUN_ANNOTATION)
@@ -448,6 +516,30 @@ async fn read_metrics(
         }
     });
     join_all(queries).await
+}
+
+/// Reads the scale-to-zero activation query; a failure is a reading that neither wakes nor
+/// counts as idle.
+async fn read_activation(
+    scaler: &LLMScaler,
+    ctx: &Context,
+    namespace: &str,
+    headers: &HeaderMap,
+    query: &str,
+) -> Result<f64, SkipReason> {
+    let started = Instant::now();
+    let value =
+        prometheus::query_value(&ctx.http, &scaler.spec.server_address, headers, query).await;
+    ctx.metrics.observe_query(
+        MetricLabels {
+            namespace: namespace.to_owned(),
+            scaler: scaler.name_any(),
+            metric: ACTIVATION_QUERY.to_owned(),
+        },
+        started.elapsed(),
+        value.as_ref().is_ok_and(|v| v.is_finite()),
+    );
+    value.map_err(|e| SkipReason::Unavailable(http::redact(&e.to_string(), headers)))
 }
 
 /// The name a metric is recorded and served under: its own, or `metric-<index>` when unnamed.

@@ -6,10 +6,12 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::error::SyncError;
 use crate::api::StartupStatus;
-use crate::api::{LLMScalerStatus, MetricStatus, Recommendation, RecommendationHistory};
+use crate::api::{
+    LLMScalerStatus, MetricStatus, Recommendation, RecommendationHistory, ScaleToZeroStatus,
+};
 use crate::scaling::{
-    Change, Decision, DeferReason, Direction, Entry, HoldReason, Learned, LimitReason, Memory,
-    Pause, Reason, TargetState,
+    AwakeWait, Change, Decision, DeferReason, Direction, Entry, HoldReason, Learned, LimitReason,
+    Memory, Pause, Reason, TargetState, ZeroMemory, ZeroPhase, ZeroReason, zero_phase,
 };
 
 pub const READY: &str = "Ready";
@@ -28,6 +30,10 @@ pub enum Outcome<'a> {
         wrote: bool,
         /// The start-up delay learned from the target's pods, if any.
         startup: Option<&'a StartupStatus>,
+        /// The scale-to-zero timers after this sync, under scaleToZero.
+        zero: Option<&'a ZeroMemory>,
+        /// Consecutive syncs without a usable signal, this one included.
+        syncs_without_signal: u32,
     },
     /// The sync stopped before a decision, or its write was refused.
     Failed(&'a SyncError),
@@ -71,6 +77,8 @@ pub fn render(
             target_uid,
             wrote,
             startup,
+            zero,
+            syncs_without_signal,
         } => {
             set(
                 READY,
@@ -78,7 +86,29 @@ pub fn render(
                 "Synced",
                 "the last sync read the target and its signal".to_owned(),
             );
-            let (active, reason, message) = scaling_active(decision);
+            let phase =
+                zero.map(|z| zero_phase(decision, target.spec_replicas, target.ready_replicas, z));
+            let (active, reason, message) = match (phase, zero) {
+                (
+                    Some(ZeroPhase::Waking),
+                    Some(ZeroMemory {
+                        woke_at: Some(at), ..
+                    }),
+                ) if !decision
+                    .reasons
+                    .iter()
+                    .any(|r| matches!(r, Reason::Held(HoldReason::Paused(_)))) =>
+                {
+                    (
+                        true,
+                        "Waking",
+                        format!(
+                            "woken from zero at {at}; waiting for the first replica to be Ready"
+                        ),
+                    )
+                }
+                _ => scaling_active(decision),
+            };
             set(SCALING_ACTIVE, active, reason, message);
             let (limited, reason, message) = scaling_limited(decision);
             set(SCALING_LIMITED, limited, reason, message);
@@ -95,6 +125,13 @@ pub fn render(
             if let Some(startup) = startup {
                 status.startup = Some((*startup).clone());
             }
+            status.scale_to_zero = zero.zip(phase).map(|(z, phase)| ScaleToZeroStatus {
+                phase: phase.as_str().to_owned(),
+                idle_since: z.idle_since.map(Time),
+                woke_at: z.woke_at.map(Time),
+            });
+            status.syncs_without_signal = (*syncs_without_signal > 0)
+                .then(|| i32::try_from(*syncs_without_signal).unwrap_or(i32::MAX));
         }
     }
     status
@@ -130,6 +167,25 @@ pub fn stored_memory(status: Option<&LLMScalerStatus>, uid: &str, target_uid: &s
             samples: Vec::new(),
         })
         .unwrap_or_default()
+}
+
+/// The scale-to-zero timers stored in status.
+pub fn stored_zero(status: Option<&LLMScalerStatus>) -> ZeroMemory {
+    status
+        .and_then(|s| s.scale_to_zero.as_ref())
+        .map(|z| ZeroMemory {
+            idle_since: z.idle_since.as_ref().map(|t| t.0),
+            woke_at: z.woke_at.as_ref().map(|t| t.0),
+        })
+        .unwrap_or_default()
+}
+
+/// The consecutive syncs without a usable signal stored in status.
+pub fn stored_syncs_without_signal(status: Option<&LLMScalerStatus>) -> u32 {
+    status
+        .and_then(|s| s.syncs_without_signal)
+        .and_then(|n| u32::try_from(n).ok())
+        .unwrap_or(0)
 }
 
 /// The start-up delay learned so far, from status.
@@ -184,6 +240,46 @@ fn history(uid: &str, target_uid: &str, memory: &Memory) -> Option<Recommendatio
 fn scaling_active(decision: &Decision) -> (bool, &'static str, String) {
     for reason in &decision.reasons {
         match reason {
+            Reason::Held(HoldReason::Fallback { syncs, floor }) => {
+                return (
+                    false,
+                    "FallbackActive",
+                    format!(
+                        "no usable signal for {syncs} consecutive syncs ({}); running at no fewer than fallback.replicas {floor} until the first good reading",
+                        skipped(decision)
+                    ),
+                );
+            }
+            Reason::Zero(ZeroReason::AtZero {
+                activation,
+                threshold,
+            }) => {
+                return match activation {
+                    Ok(v) => (
+                        true,
+                        "AtZero",
+                        format!(
+                            "at zero: the activation value {v} is not above the threshold {threshold}; it wakes the target when it is"
+                        ),
+                    ),
+                    Err(why) => (
+                        false,
+                        "AtZero",
+                        format!(
+                            "at zero, and the activation query could not be read ({why}); the target stays at zero"
+                        ),
+                    ),
+                };
+            }
+            Reason::Zero(ZeroReason::WentToZero { idle_seconds }) => {
+                return (
+                    true,
+                    "AtZero",
+                    format!(
+                        "gone to zero: the activation value stayed at or below the threshold for {idle_seconds}s"
+                    ),
+                );
+            }
             Reason::Held(HoldReason::NoUsableMetric) => {
                 return (
                     false,
@@ -247,6 +343,29 @@ fn skipped(decision: &Decision) -> String {
 fn scaling_limited(decision: &Decision) -> (bool, &'static str, String) {
     for reason in &decision.reasons {
         match reason {
+            Reason::Zero(ZeroReason::KeptAwake { recommended, wait }) => {
+                let why = match wait {
+                    AwakeWait::Active {
+                        activation: Ok(v),
+                        threshold,
+                    } => format!("the activation value {v} is above the threshold {threshold}"),
+                    AwakeWait::Active {
+                        activation: Err(why),
+                        ..
+                    } => format!("the activation query could not be read ({why})"),
+                    AwakeWait::Idle { for_seconds, of } => {
+                        format!("idle for {for_seconds}s of scaleToZero.idleSeconds {of}")
+                    }
+                    AwakeWait::MinAwake { for_seconds, of } => {
+                        format!("awake for {for_seconds}s of scaleToZero.minAwakeSeconds {of}")
+                    }
+                };
+                return (
+                    true,
+                    "KeptAwake",
+                    format!("{recommended} recommended; one replica stays: {why}"),
+                );
+            }
             Reason::Limited(LimitReason::ClampedToMax { recommended, max }) => {
                 return (
                     true,
@@ -442,6 +561,8 @@ mod tests {
             &scaler,
             &Outcome::Decided {
                 startup: None,
+                zero: None,
+                syncs_without_signal: 0,
                 decision: &d,
                 target: &target,
                 target_uid: "t1",
@@ -492,6 +613,8 @@ mod tests {
             &scaler,
             &Outcome::Decided {
                 startup: None,
+                zero: None,
+                syncs_without_signal: 0,
                 decision: &d,
                 target: &target,
                 target_uid: "t1",
@@ -507,6 +630,8 @@ mod tests {
             &scaler,
             &Outcome::Decided {
                 startup: None,
+                zero: None,
+                syncs_without_signal: 0,
                 decision: &d2,
                 target: &target,
                 target_uid: "t1",
@@ -529,6 +654,8 @@ mod tests {
             &scaler,
             &Outcome::Decided {
                 startup: None,
+                zero: None,
+                syncs_without_signal: 0,
                 decision: &d,
                 target: &target,
                 target_uid: "t1",
@@ -601,6 +728,8 @@ mod tests {
             },
             &Outcome::Decided {
                 startup: Some(&startup),
+                zero: None,
+                syncs_without_signal: 0,
                 decision: &d,
                 target: &target,
                 target_uid: "t1",

@@ -6,14 +6,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt};
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client};
+use kube::Client;
+use kube::api::{ApiResource, GroupVersionKind};
+use kube::runtime::reflector::ObjectRef;
 use thiserror::Error;
 use tokio::sync::Mutex;
 
+use super::cached_watch::CachedWatch;
 use super::watched_target::WatchedTarget;
 use crate::api::TargetRef;
 use crate::supervisor::Supervisor;
@@ -36,15 +35,6 @@ pub enum TargetLookupError {
     NotSynced { kind: String },
 }
 
-struct Watch {
-    resource: ApiResource,
-    store: Store<WatchedTarget>,
-    /// Flips to true once the first list has been applied to `store`. Our own signal rather than
-    /// `Store::wait_until_ready`, which was seen to leave one of several concurrent waiters
-    /// asleep until its timeout.
-    synced: tokio::sync::watch::Receiver<bool>,
-}
-
 /// kubectl apply's copy of the whole object, kept in an annotation.
 pub(crate) const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
@@ -53,7 +43,7 @@ pub struct TargetWatches {
     client: Client,
     namespace: Option<String>,
     supervisor: Supervisor,
-    watches: Mutex<HashMap<GroupVersionKind, Arc<Watch>>>,
+    watches: Mutex<HashMap<GroupVersionKind, Arc<CachedWatch<WatchedTarget>>>>,
 }
 
 impl TargetWatches {
@@ -73,9 +63,7 @@ impl TargetWatches {
         namespace: &str,
     ) -> Result<(ApiResource, Option<Arc<WatchedTarget>>), TargetLookupError> {
         let watch = self.watch(target_ref).await?;
-        let mut synced = watch.synced.clone();
-        let synced = tokio::time::timeout(SYNC_TIMEOUT, synced.wait_for(|ready| *ready)).await;
-        if !matches!(synced, Ok(Ok(_))) {
+        if !watch.synced_within(SYNC_TIMEOUT).await {
             return Err(TargetLookupError::NotSynced {
                 kind: target_ref.kind.clone(),
             });
@@ -84,7 +72,10 @@ impl TargetWatches {
         Ok((watch.resource.clone(), watch.store.get(&key)))
     }
 
-    async fn watch(&self, target_ref: &TargetRef) -> Result<Arc<Watch>, TargetLookupError> {
+    async fn watch(
+        &self,
+        target_ref: &TargetRef,
+    ) -> Result<Arc<CachedWatch<WatchedTarget>>, TargetLookupError> {
         let gvk = gvk(target_ref);
         let mut watches = self.watches.lock().await;
         if let Some(watch) = watches.get(&gvk) {
@@ -107,60 +98,15 @@ impl TargetWatches {
                     source,
                 },
             })?;
-        let api: Api<DynamicObject> = match &self.namespace {
-            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
-            None => Api::all_with(self.client.clone(), &resource),
-        };
-        let writer = reflector::store::Writer::new(resource.clone());
-        let store = writer.as_reader();
-        let stream = reflector::reflector(
-            writer,
-            watcher(api, watcher::Config::default().any_semantic())
-                .default_backoff()
-                .map_ok(compact),
-        );
-        let kind = resource.kind.clone();
-        let shutdown = self.supervisor.shutdown();
-        let (synced_tx, synced) = tokio::sync::watch::channel(false);
-        // A watch that ended would leave a cache that looks synced and never changes again.
-        self.supervisor
-            .spawn_service(format!("{kind} target watch"), async move {
-                let run = stream.for_each(|event| {
-                    match event {
-                        // The reflector has applied the event to the store before passing it on.
-                        Ok(watcher::Event::InitDone) => {
-                            synced_tx.send_replace(true);
-                        }
-                        Ok(_) => {}
-                        Err(error) => tracing::warn!(%kind, %error, "target watch error; retrying"),
-                    }
-                    futures::future::ready(())
-                });
-                tokio::select! {
-                    () = run => {}
-                    () = shutdown.cancelled() => {}
-                }
-            });
-        tracing::info!(kind = %resource.kind, api_version = %resource.api_version, "watching targets");
-        let watch = Arc::new(Watch {
+        let watch = Arc::new(CachedWatch::start(
+            self.client.clone(),
+            self.namespace.as_deref(),
             resource,
-            store,
-            synced,
-        });
+            &self.supervisor,
+            WatchedTarget::from_object,
+        ));
         watches.insert(gvk, watch.clone());
         Ok(watch)
-    }
-}
-
-/// The event with each object reduced to what a sync reads, before the store keeps it.
-fn compact(event: watcher::Event<DynamicObject>) -> watcher::Event<WatchedTarget> {
-    use watcher::Event;
-    match event {
-        Event::Apply(o) => Event::Apply(WatchedTarget::from_object(&o)),
-        Event::Delete(o) => Event::Delete(WatchedTarget::from_object(&o)),
-        Event::Init => Event::Init,
-        Event::InitApply(o) => Event::InitApply(WatchedTarget::from_object(&o)),
-        Event::InitDone => Event::InitDone,
     }
 }
 

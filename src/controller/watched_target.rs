@@ -1,11 +1,9 @@
 //! Reading a scale target generically: spec.replicas, status.readyReplicas and, for
 //! Deployments, whether a rollout is in progress.
 
-use std::borrow::Cow;
-
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-use kube::api::{ApiResource, DynamicObject};
-use kube::core::{DynamicResourceScope, Selector};
+use kube::api::DynamicObject;
+use kube::core::Selector;
 use serde_json::Value;
 use thiserror::Error;
 
@@ -63,39 +61,7 @@ fn render_selector(raw: &Value) -> Result<String, String> {
     Ok(selector.to_string())
 }
 
-/// Stored by kube's reflector like the object it came from.
-impl kube::Resource for WatchedTarget {
-    type DynamicType = ApiResource;
-    type Scope = DynamicResourceScope;
-
-    fn kind(dt: &ApiResource) -> Cow<'_, str> {
-        dt.kind.as_str().into()
-    }
-
-    fn group(dt: &ApiResource) -> Cow<'_, str> {
-        dt.group.as_str().into()
-    }
-
-    fn version(dt: &ApiResource) -> Cow<'_, str> {
-        dt.version.as_str().into()
-    }
-
-    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
-        dt.api_version.as_str().into()
-    }
-
-    fn plural(dt: &ApiResource) -> Cow<'_, str> {
-        dt.plural.as_str().into()
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+super::cached_watch::compact_resource!(WatchedTarget);
 
 /// The parts of a target a sync needs.
 pub fn snapshot(

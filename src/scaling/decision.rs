@@ -104,6 +104,8 @@ pub enum HoldReason {
     SignalUnavailable(String),
     /// Paused by annotation: the replica count is the pause's.
     Paused(super::pause::Pause),
+    /// No usable signal for `syncs` consecutive syncs: the fleet runs at no fewer than `floor`.
+    Fallback { syncs: u32, floor: i32 },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -183,6 +185,8 @@ pub enum Reason {
     Deferred(DeferReason),
     Limited(LimitReason),
     Planned(PlanReason),
+    /// What scale-to-zero did.
+    Zero(super::zero::ZeroReason),
 }
 
 /// The outcome of one sync: every number and every reason.

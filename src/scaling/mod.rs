@@ -7,6 +7,7 @@
 
 mod behavior;
 mod decision;
+mod fallback;
 mod forecast;
 mod pause;
 mod recommend;
@@ -14,12 +15,14 @@ mod stabilization;
 mod startup;
 mod step;
 mod victims;
+mod zero;
 
 pub use behavior::{Behavior, Change, MAX_CHANGES, PolicyKind, RatePolicy, Rules, Select};
 pub use decision::{
     Bounds, Decision, DeferReason, Direction, HoldReason, Input, LimitReason, Memory,
     MetricOutcome, MetricReading, PlanReason, Reason, Rollout, Signal, TargetState, decide,
 };
+pub use fallback::{FallbackRules, SignalHealth, health as signal_health, with_fallback};
 pub use forecast::Sample;
 pub use pause::{Pause, paused};
 pub use recommend::{SkipReason, TargetType, ratio_recommendation};
@@ -29,3 +32,6 @@ pub use startup::{
 };
 pub use step::cap_scale_down;
 pub use victims::{Candidate, Ranking, pick, victim_costs};
+pub use zero::{
+    AwakeWait, ZeroMemory, ZeroPhase, ZeroReason, ZeroRules, decide_with_zero, phase as zero_phase,
+};

@@ -307,15 +307,49 @@ async fn stop_with(
 /// A CRD shaped like LeaderWorkerSet: spec.replicas and status.readyReplicas, nothing else the
 /// operator relies on. No controller runs for it, so the test plays its status.
 pub async fn install_leaderworkerset_crd(client: &Client) {
+    install_crd(
+        client,
+        "leaderworkerset.x-k8s.io",
+        "v1",
+        "LeaderWorkerSet",
+        "leaderworkersets",
+        true,
+    )
+    .await;
+}
+
+/// KEDA's ScaledObject (keda.sh/v1alpha1), schema-less: what the conflict check reads of it is
+/// spec.scaleTargetRef. No KEDA runs; the object only has to exist.
+pub async fn install_scaledobject_crd(client: &Client) {
+    install_crd(
+        client,
+        "keda.sh",
+        "v1alpha1",
+        "ScaledObject",
+        "scaledobjects",
+        false,
+    )
+    .await;
+}
+
+async fn install_crd(
+    client: &Client,
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+    status: bool,
+) {
+    let name = format!("{plural}.{group}");
     let crd: CustomResourceDefinition = serde_json::from_value(json!({
-        "metadata": { "name": "leaderworkersets.leaderworkerset.x-k8s.io" },
+        "metadata": { "name": name },
         "spec": {
-            "group": "leaderworkerset.x-k8s.io",
-            "names": { "kind": "LeaderWorkerSet", "plural": "leaderworkersets", "singular": "leaderworkerset" },
+            "group": group,
+            "names": { "kind": kind, "plural": plural, "singular": kind.to_lowercase() },
             "scope": "Namespaced",
             "versions": [{
-                "name": "v1", "served": true, "storage": true,
-                "subresources": { "status": {} },
+                "name": version, "served": true, "storage": true,
+                "subresources": if status { json!({ "status": {} }) } else { json!({}) },
                 "schema": { "openAPIV3Schema": {
                     "type": "object",
                     "properties": {
@@ -331,20 +365,17 @@ pub async fn install_leaderworkerset_crd(client: &Client) {
     .unwrap();
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     api.patch(
-        "leaderworkersets.leaderworkerset.x-k8s.io",
+        &name,
         &PatchParams::apply("llmscaleoperator-tests").force(),
         &Patch::Apply(&crd),
     )
     .await
     .unwrap();
     eventually(
-        "the LeaderWorkerSet CRD to be established",
+        &format!("the {kind} CRD to be established"),
         env::WAIT,
         || async {
-            let crd = api
-                .get("leaderworkersets.leaderworkerset.x-k8s.io")
-                .await
-                .ok()?;
+            let crd = api.get(&name).await.ok()?;
             crd.status?
                 .conditions?
                 .iter()

@@ -1,0 +1,148 @@
+//! One watch of one kind, kept in memory by kube's reflector in a compact form: only the fields
+//! the controller reads are stored, which is most of an object's size on a big fleet. The scale
+//! targets and the other autoscalers the conflict check looks for are each one of these.
+
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use kube::api::{ApiResource, DynamicObject};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+
+use crate::supervisor::Supervisor;
+
+/// Implements `kube::Resource` for a compact type with an `metadata: ObjectMeta` field, stored
+/// by the reflector like the object it came from (its dynamic type is the object's
+/// `ApiResource`).
+macro_rules! compact_resource {
+    ($type:ty) => {
+        impl kube::Resource for $type {
+            type DynamicType = kube::api::ApiResource;
+            type Scope = kube::core::DynamicResourceScope;
+
+            fn kind(dt: &kube::api::ApiResource) -> std::borrow::Cow<'_, str> {
+                dt.kind.as_str().into()
+            }
+
+            fn group(dt: &kube::api::ApiResource) -> std::borrow::Cow<'_, str> {
+                dt.group.as_str().into()
+            }
+
+            fn version(dt: &kube::api::ApiResource) -> std::borrow::Cow<'_, str> {
+                dt.version.as_str().into()
+            }
+
+            fn api_version(dt: &kube::api::ApiResource) -> std::borrow::Cow<'_, str> {
+                dt.api_version.as_str().into()
+            }
+
+            fn plural(dt: &kube::api::ApiResource) -> std::borrow::Cow<'_, str> {
+                dt.plural.as_str().into()
+            }
+
+            fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &self.metadata
+            }
+
+            fn meta_mut(
+                &mut self,
+            ) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+pub(crate) use compact_resource;
+
+/// A watch of one kind and its in-memory store.
+pub struct CachedWatch<K: kube::Resource<DynamicType = ApiResource> + Clone + 'static> {
+    pub resource: ApiResource,
+    pub store: Store<K>,
+    /// Flips to true once the first list has been applied to `store`. Our own signal rather than
+    /// `Store::wait_until_ready`, which was seen to leave one of several concurrent waiters
+    /// asleep until its timeout.
+    synced: tokio::sync::watch::Receiver<bool>,
+}
+
+impl<K> CachedWatch<K>
+where
+    K: kube::Resource<DynamicType = ApiResource> + Clone + Send + Sync + 'static,
+{
+    /// Starts watching `resource` in `namespace` (every namespace for `None`) under
+    /// `supervisor`, keeping `compact(object)` of each object.
+    pub fn start(
+        client: Client,
+        namespace: Option<&str>,
+        resource: ApiResource,
+        supervisor: &Supervisor,
+        compact: fn(&DynamicObject) -> K,
+    ) -> Self {
+        let api: Api<DynamicObject> = match namespace {
+            Some(ns) => Api::namespaced_with(client, ns, &resource),
+            None => Api::all_with(client, &resource),
+        };
+        let writer = reflector::store::Writer::new(resource.clone());
+        let store = writer.as_reader();
+        let stream = reflector::reflector(
+            writer,
+            watcher(api, watcher::Config::default().any_semantic())
+                .default_backoff()
+                .map_ok(move |event| event.map_compact(compact)),
+        );
+        let kind = resource.kind.clone();
+        let shutdown = supervisor.shutdown();
+        let (synced_tx, synced) = tokio::sync::watch::channel(false);
+        // A watch that ended would leave a cache that looks synced and never changes again.
+        supervisor.spawn_service(format!("{kind} watch"), async move {
+            let run = stream.for_each(|event| {
+                match event {
+                    // The reflector has applied the event to the store before passing it on.
+                    Ok(watcher::Event::InitDone) => {
+                        synced_tx.send_replace(true);
+                    }
+                    Ok(_) => {}
+                    Err(error) => tracing::warn!(%kind, %error, "watch error; retrying"),
+                }
+                futures::future::ready(())
+            });
+            tokio::select! {
+                () = run => {}
+                () = shutdown.cancelled() => {}
+            }
+        });
+        tracing::info!(kind = %resource.kind, api_version = %resource.api_version, "watching");
+        Self {
+            resource,
+            store,
+            synced,
+        }
+    }
+
+    /// Whether the first list has been applied, waiting at most `timeout` for it.
+    pub async fn synced_within(&self, timeout: Duration) -> bool {
+        let mut synced = self.synced.clone();
+        matches!(
+            tokio::time::timeout(timeout, synced.wait_for(|ready| *ready)).await,
+            Ok(Ok(_))
+        )
+    }
+}
+
+/// A watch event with its object replaced by the compact form.
+trait MapCompact {
+    fn map_compact<K>(self, compact: fn(&DynamicObject) -> K) -> watcher::Event<K>;
+}
+
+impl MapCompact for watcher::Event<DynamicObject> {
+    fn map_compact<K>(self, compact: fn(&DynamicObject) -> K) -> watcher::Event<K> {
+        use watcher::Event;
+        match self {
+            Event::Apply(o) => Event::Apply(compact(&o)),
+            Event::Delete(o) => Event::Delete(compact(&o)),
+            Event::Init => Event::Init,
+            Event::InitApply(o) => Event::InitApply(compact(&o)),
+            Event::InitDone => Event::InitDone,
+        }
+    }
+}

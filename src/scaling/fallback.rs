@@ -1,0 +1,184 @@
+//! The opt-in fallback: holding on a broken signal is the default, but after enough consecutive
+//! syncs without a usable one, a team may rather run at least a known count than whatever the
+//! fleet happened to have when the signal went away.
+
+use super::decision::{Decision, HoldReason, Input, Reason};
+use super::stabilization::{Entry, Hold, record};
+
+/// The spec's fallback, in the core's terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FallbackRules {
+    /// Consecutive syncs without a usable signal before the fallback applies (at least 1).
+    pub failure_threshold: u32,
+    /// The fewest replicas to run while it applies.
+    pub replicas: i32,
+}
+
+/// Whether this sync's signal counts towards the fallback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignalHealth {
+    /// Something usable was read: the count starts again.
+    Usable,
+    /// Nothing usable was read.
+    Lost,
+    /// At zero without an activation query, per-pod metrics have nothing to measure: that is the
+    /// expected state, not a loss (and counting it would wake an idle fleet).
+    NotExpected,
+}
+
+/// How this sync's `decision` counts, for a target at `current` replicas; `activation` is, under
+/// scale-to-zero, whether the activation query was read (it is a signal of its own: a fleet
+/// waking from zero has no per-pod metric yet, and has not lost its signal).
+pub fn health(decision: &Decision, current: i32, activation: Option<bool>) -> SignalHealth {
+    if decision.recommendation.is_some() || activation == Some(true) {
+        SignalHealth::Usable
+    } else if current <= 0 && activation.is_none() {
+        SignalHealth::NotExpected
+    } else {
+        SignalHealth::Lost
+    }
+}
+
+/// `decision` under the fallback, given the syncs without a signal before this one; returns the
+/// decision and the count to remember. While the fallback applies the fleet is raised to
+/// `replicas` (never above maxReplicas) at once, and that count enters the scale-down window so
+/// the first good reading does not drop it in the same instant.
+pub fn with_fallback(
+    decision: Decision,
+    rules: &FallbackRules,
+    health: SignalHealth,
+    before: u32,
+    input: &Input,
+) -> (Decision, u32) {
+    let current = input.target.spec_replicas;
+    let syncs = match health {
+        SignalHealth::Usable | SignalHealth::NotExpected => return (decision, 0),
+        SignalHealth::Lost => before.saturating_add(1),
+    };
+    if syncs < rules.failure_threshold.max(1) {
+        return (decision, syncs);
+    }
+    let floor = rules.replicas.min(input.bounds.max).max(0);
+    let mut decision = decision;
+    decision
+        .reasons
+        .insert(0, Reason::Held(HoldReason::Fallback { syncs, floor }));
+    if current < floor {
+        decision.desired = floor;
+        decision.write = Some(floor);
+        decision.memory.down = record(
+            Hold::Highest,
+            &decision.memory.down,
+            Entry {
+                at: input.now,
+                replicas: floor,
+            },
+            input.behavior.down.window_seconds,
+        );
+    } else {
+        decision.desired = current;
+        decision.write = None;
+    }
+    (decision, syncs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scaling::{
+        Behavior, Bounds, Memory, MetricReading, Signal, SkipReason, TargetState, TargetType,
+        decide,
+    };
+    use k8s_openapi::jiff::Timestamp;
+
+    const RULES: FallbackRules = FallbackRules {
+        failure_threshold: 3,
+        replicas: 4,
+    };
+    const BOUNDS: Bounds = Bounds { min: 1, max: 6 };
+
+    fn input(value: Option<f64>, spec: i32) -> Input {
+        Input {
+            signal: Signal::Ratio(vec![MetricReading {
+                name: "q".into(),
+                value: value.ok_or_else(|| SkipReason::Unavailable("503".into())),
+                target: 1.0,
+                kind: TargetType::Value,
+            }]),
+            target: TargetState {
+                spec_replicas: spec,
+                ready_replicas: spec,
+                rollout: None,
+            },
+            bounds: BOUNDS,
+            behavior: Behavior::scale_down(300, 0),
+            startup_seconds: None,
+            memory: Memory::default(),
+            now: Timestamp::UNIX_EPOCH,
+        }
+    }
+
+    fn decision(value: Option<f64>, spec: i32) -> Decision {
+        decide(&input(value, spec))
+    }
+
+    fn run(value: Option<f64>, spec: i32, before: u32, rules: &FallbackRules) -> (Decision, u32) {
+        let i = input(value, spec);
+        let d = decide(&i);
+        let h = health(&d, spec, None);
+        with_fallback(d, rules, h, before, &i)
+    }
+
+    #[test]
+    fn holds_until_the_threshold_then_raises_to_the_floor() {
+        let (d, n) = run(None, 2, 0, &RULES);
+        assert_eq!((d.write, n), (None, 1));
+        let (d, n) = run(None, 2, 1, &RULES);
+        assert_eq!((d.write, n), (None, 2));
+        let (d, n) = run(None, 2, 2, &RULES);
+        assert_eq!((d.write, d.desired, n), (Some(4), 4, 3));
+        assert_eq!(
+            d.reasons.first(),
+            Some(&Reason::Held(HoldReason::Fallback { syncs: 3, floor: 4 }))
+        );
+        assert_eq!(d.memory.down.last().map(|e| e.replicas), Some(4));
+    }
+
+    #[test]
+    fn never_lowers_and_never_passes_max() {
+        let (d, _) = run(None, 5, 9, &RULES);
+        assert_eq!(
+            (d.write, d.desired),
+            (None, 5),
+            "a larger fleet is held, not shrunk"
+        );
+        let big = FallbackRules {
+            failure_threshold: 1,
+            replicas: 50,
+        };
+        let (d, _) = run(None, 2, 0, &big);
+        assert_eq!(d.write, Some(6), "maxReplicas still rules");
+    }
+
+    #[test]
+    fn the_first_good_reading_ends_it() {
+        let (d, n) = run(Some(0.5), 4, 7, &RULES);
+        assert_eq!(n, 0);
+        assert!(
+            !d.reasons
+                .iter()
+                .any(|r| matches!(r, Reason::Held(HoldReason::Fallback { .. })))
+        );
+    }
+
+    #[test]
+    fn at_zero_without_activation_nothing_counts() {
+        let d = decision(None, 0);
+        assert_eq!(health(&d, 0, None), SignalHealth::NotExpected);
+        assert_eq!(health(&d, 0, Some(false)), SignalHealth::Lost);
+        assert_eq!(health(&d, 0, Some(true)), SignalHealth::Usable);
+        assert_eq!(health(&d, 1, Some(true)), SignalHealth::Usable, "waking");
+        let (d, n) = with_fallback(d, &RULES, SignalHealth::NotExpected, 5, &input(None, 0));
+        assert_eq!((d.write, n), (None, 0));
+    }
+}
