@@ -560,6 +560,8 @@ async fn a_paused_rollout_defers_scaling() {
 async fn bad_targets_and_queries_are_reported_and_other_scalers_keep_working() {
     let env = Env::new("bad-input").await;
     env.deployment("vllm", 1).await;
+    // Its own target: two scalers of one target would be a conflict.
+    env.deployment("other", 1).await;
     env.set("kv", 2.0).await;
     let _operator = Operator::start(&env.client, &env.ns);
     env.scaler("missing", "no-such-deployment", json!({
@@ -582,7 +584,7 @@ async fn bad_targets_and_queries_are_reported_and_other_scalers_keep_working() {
         "minReplicas": 1, "maxReplicas": 5, "metrics": [{ "query": env.query("kv"), "target": "1" }]
     }))
     .await;
-    env.scaler("bad-promql", "vllm", json!({
+    env.scaler("bad-promql", "other", json!({
         "minReplicas": 1, "maxReplicas": 5, "metrics": [{ "name": "broken", "query": "avg(kv{", "target": "1" }]
     }))
     .await;

@@ -66,6 +66,9 @@ use serde::{Deserialize, Serialize};
     validation = Rule::new("self.metricProvider != 'Custom' || has(self.customProvider)")
         .message("customProvider is required when metricProvider is Custom: set customProvider.serviceId to the service whose decision should drive this target")
         .field_path(".customProvider"),
+    validation = Rule::new("!has(self.serverTLS) || self.serverAddress.startsWith('https://')")
+        .message("serverTLS needs an https:// serverAddress: a CA and a client certificate mean nothing over plain HTTP")
+        .field_path(".serverTLS"),
     validation = Rule::new("!has(self.scaleToZero) || self.minReplicas == 0")
         .message("scaleToZero needs minReplicas: 0: set minReplicas to 0, or remove scaleToZero to keep a floor")
         .field_path(".scaleToZero"),
@@ -115,6 +118,18 @@ pub struct LLMScalerSpec {
     /// both here and in serverHeaders is an error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_headers_from: Option<ServerHeadersFrom>,
+
+    /// TLS to an https:// serverAddress beyond the system's roots: a private CA to trust and a
+    /// client certificate to present, each from a Secret of the scaler's namespace (re-read at
+    /// most every 30 seconds, so a rotation is picked up). The operator needs get on them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "serverTLS")]
+    pub server_tls: Option<ServerTls>,
+
+    /// Credentials for serverAddress from a Secret of the scaler's namespace: basic auth (keys
+    /// username and password) or a bearer token, sent as the Authorization header.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_auth: Option<ServerAuth>,
 
     /// Fewest replicas the scaler will ever ask for. 0 allows scale-to-zero.
     #[schemars(range(min = 0))]
@@ -196,6 +211,59 @@ pub struct ServerHeadersFrom {
     /// Name of a Secret in the scaler's namespace.
     #[schemars(length(min = 1, max = 253))]
     pub secret_name: String,
+}
+
+/// TLS settings for serverAddress.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerTls {
+    /// PEM CA certificates to trust for serverAddress instead of the system's roots (a private
+    /// CA, as a managed Prometheus, Thanos or Mimir often has).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca: Option<SecretKey>,
+
+    /// A kubernetes.io/tls Secret whose tls.crt and tls.key are presented as the client
+    /// certificate (mTLS).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_certificate: Option<SecretName>,
+}
+
+/// Credentials sent as the Authorization header: exactly one of basic and bearer.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[x_kube(validation = Rule::new("has(self.basic) != has(self.bearer)")
+    .message("serverAuth takes exactly one of basic and bearer"))]
+#[serde(rename_all = "camelCase")]
+pub struct ServerAuth {
+    /// A Secret with keys username and password.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub basic: Option<SecretName>,
+
+    /// A Secret key holding a bearer token (key defaults to token).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bearer: Option<SecretKey>,
+}
+
+/// A Secret of the scaler's namespace.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretName {
+    /// Name of the Secret.
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: String,
+}
+
+/// One key of a Secret of the scaler's namespace.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKey {
+    /// Name of the Secret.
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: String,
+
+    /// The key within it; the default is ca.crt for a CA and token for a bearer token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub key: Option<String>,
 }
 
 /// Identifies the workload to scale. Any kind with spec.replicas and status.readyReplicas works;
@@ -612,13 +680,15 @@ pub struct LLMScalerStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub startup: Option<StartupStatus>,
 
-    /// Where the target is in its sleep cycle, under scaleToZero.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Where the target is in its sleep cycle, under scaleToZero. (Written as null when it
+    /// goes, so the status merge patch removes it.)
+    #[serde(default)]
     pub scale_to_zero: Option<ScaleToZeroStatus>,
 
     /// Consecutive syncs without a usable signal (what fallback.failureThreshold counts); absent
-    /// while the signal is fine.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// while the signal is fine. (Written as null when the signal returns, so the status merge
+    /// patch removes it.)
+    #[serde(default)]
     pub syncs_without_signal: Option<i32>,
 }
 

@@ -10,7 +10,8 @@ pub use llmscaler::{
     CustomProvider, Fallback, LLMScaler, LLMScalerSpec, LLMScalerStatus, MetricProvider,
     MetricSpec, MetricStatus, MetricTargetType, PolicyType, Preemption, Recommendation,
     RecommendationHistory, ScaleDown, ScaleDownBehavior, ScaleToZero, ScaleToZeroStatus, ScaleUp,
-    ScalingPolicy, SelectPolicy, ServerHeadersFrom, StartupStatus, TargetRef,
+    ScalingPolicy, SecretKey, SecretName, SelectPolicy, ServerAuth, ServerHeadersFrom, ServerTls,
+    StartupStatus, TargetRef,
 };
 
 /// API group of every resource this operator defines.

@@ -6,6 +6,8 @@ use prometheus_client::encoding::EncodeLabelValue;
 use thiserror::Error;
 
 use super::headers::HeadersError;
+use super::secrets::SecretError;
+use super::server_access::AccessError;
 use super::target_watches::TargetLookupError;
 use super::watched_target::TargetError;
 use crate::api::behavior::BehaviorError;
@@ -31,7 +33,7 @@ pub enum SyncError {
     #[error(transparent)]
     ServerAddress(#[from] AllowError),
     #[error(transparent)]
-    Headers(#[from] HeadersError),
+    ServerAccess(#[from] super::server_access::AccessError),
     /// A field admission refuses today, on an object stored before the rule.
     #[error(transparent)]
     Behavior(#[from] BehaviorError),
@@ -78,6 +80,7 @@ pub enum FailureReason {
     InvalidTarget,
     ServerAddressNotAllowed,
     SecretUnavailable,
+    InvalidSecret,
     InvalidSpec,
     InvalidAnnotation,
     ConflictingAutoscaler,
@@ -85,13 +88,14 @@ pub enum FailureReason {
 }
 
 impl FailureReason {
-    pub const ALL: [FailureReason; 10] = [
+    pub const ALL: [FailureReason; 11] = [
         Self::UnknownTargetKind,
         Self::TargetUnavailable,
         Self::TargetNotFound,
         Self::InvalidTarget,
         Self::ServerAddressNotAllowed,
         Self::SecretUnavailable,
+        Self::InvalidSecret,
         Self::InvalidSpec,
         Self::InvalidAnnotation,
         Self::ConflictingAutoscaler,
@@ -106,6 +110,7 @@ impl FailureReason {
             Self::InvalidTarget => "InvalidTarget",
             Self::ServerAddressNotAllowed => "ServerAddressNotAllowed",
             Self::SecretUnavailable => "SecretUnavailable",
+            Self::InvalidSecret => "InvalidSecret",
             Self::InvalidSpec => "InvalidSpec",
             Self::InvalidAnnotation => "InvalidAnnotation",
             Self::ConflictingAutoscaler => "ConflictingAutoscaler",
@@ -131,11 +136,22 @@ impl SyncError {
             Self::TargetNotFound { .. } => FailureReason::TargetNotFound,
             Self::InvalidTarget(_) => FailureReason::InvalidTarget,
             Self::ServerAddress(_) => FailureReason::ServerAddressNotAllowed,
-            Self::Headers(HeadersError::Secret { .. }) => FailureReason::SecretUnavailable,
-            Self::Headers(_)
-            | Self::Behavior(_)
-            | Self::NoCustomProvider
-            | Self::DecisionUrl(_) => FailureReason::InvalidSpec,
+            Self::ServerAccess(access) => match access {
+                AccessError::Secret(SecretError::Read { .. })
+                | AccessError::Headers(HeadersError::Secret(SecretError::Read { .. })) => {
+                    FailureReason::SecretUnavailable
+                }
+                AccessError::Secret(SecretError::MissingKey { .. })
+                | AccessError::Headers(HeadersError::Secret(SecretError::MissingKey { .. }))
+                | AccessError::Invalid { .. }
+                | AccessError::Client { .. } => FailureReason::InvalidSecret,
+                AccessError::AuthorizationTwice | AccessError::Headers(_) => {
+                    FailureReason::InvalidSpec
+                }
+            },
+            Self::Behavior(_) | Self::NoCustomProvider | Self::DecisionUrl(_) => {
+                FailureReason::InvalidSpec
+            }
             Self::InvalidAnnotation { .. } => FailureReason::InvalidAnnotation,
             Self::Scale { .. } => FailureReason::ScaleFailed,
         }
@@ -169,19 +185,41 @@ mod tests {
                 FailureReason::TargetUnavailable,
             ),
             (
-                SyncError::Headers(HeadersError::Secret {
+                SyncError::from(AccessError::from(HeadersError::Secret(SecretError::Read {
+                    field: "serverHeadersFrom",
                     name: "auth".into(),
                     source: kube::Error::Api(Box::new(
                         kube::core::Status::failure("forbidden", "Forbidden").with_code(403),
                     )),
-                }),
+                }))),
                 FailureReason::SecretUnavailable,
             ),
             (
-                SyncError::Headers(HeadersError::KeyName {
+                SyncError::from(AccessError::from(HeadersError::KeyName {
                     secret: "auth".into(),
                     key: "bad key".into(),
+                })),
+                FailureReason::InvalidSpec,
+            ),
+            (
+                SyncError::from(AccessError::Secret(SecretError::MissingKey {
+                    field: "serverTLS.ca",
+                    name: "ca".into(),
+                    key: "ca.crt".into(),
+                })),
+                FailureReason::InvalidSecret,
+            ),
+            (
+                SyncError::from(AccessError::Invalid {
+                    field: "serverTLS.ca",
+                    secret: "ca".into(),
+                    key: "ca.crt".into(),
+                    problem: "holds no PEM certificate",
                 }),
+                FailureReason::InvalidSecret,
+            ),
+            (
+                SyncError::from(AccessError::AuthorizationTwice),
                 FailureReason::InvalidSpec,
             ),
             (SyncError::NoCustomProvider, FailureReason::InvalidSpec),

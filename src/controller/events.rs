@@ -77,10 +77,12 @@ pub fn decision_notes(
     );
     let mut notes = Vec::new();
     // At zero a per-pod metric has nothing to measure: that is the expected state, not news.
-    let at_zero = decision
-        .reasons
-        .iter()
-        .any(|r| matches!(r, Reason::Zero(ZeroReason::AtZero { .. })));
+    let at_zero = decision.reasons.iter().any(|r| {
+        matches!(
+            r,
+            Reason::Zero(ZeroReason::AtZero { .. } | ZeroReason::Waking { .. })
+        )
+    });
 
     if scaler.spec.metric_provider == MetricProvider::Prometheus && !at_zero {
         let queries = scaler.spec.metrics.as_deref().unwrap_or_default();
@@ -136,7 +138,6 @@ pub fn decision_notes(
                     "no usable signal for fallback.failureThreshold consecutive syncs: {target_name} runs at no fewer than {floor} (fallback.replicas) until the first good reading"
                 ),
             ),
-            Reason::Held(HoldReason::NoUsableMetric) if at_zero => continue,
             Reason::Held(HoldReason::NoUsableMetric) => Note::warning(
                 "ScalingHeld",
                 format!(

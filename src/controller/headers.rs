@@ -2,32 +2,20 @@
 //! keys of a Secret in its namespace. Every value is marked sensitive, and text a server sends
 //! back is scrubbed of them (`http::redact`), so a credential reaches no log, event or status.
 
-use std::collections::BTreeMap;
-use std::time::Duration;
-
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
-use kube::{Api, Client};
+use kube::Client;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use thiserror::Error;
 
+use super::secrets::{SecretCache, SecretData, SecretError};
 use crate::api::LLMScaler;
 use crate::signals::http::{self, HttpError};
-
-/// How long a Secret read is reused: a rotated credential is sent within this time, and a steady
-/// scaler costs one read per Secret per period instead of one per sync.
-pub const SECRET_REFRESH: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Error)]
 pub enum HeadersError {
     #[error(transparent)]
     Spec(#[from] HttpError),
-    #[error("serverHeadersFrom: cannot read Secret {name}: {source}")]
-    Secret {
-        name: String,
-        #[source]
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Secret(#[from] SecretError),
     #[error("serverHeadersFrom: key {key:?} of Secret {secret} is not a valid HTTP header name")]
     KeyName { secret: String, key: String },
     #[error(
@@ -36,47 +24,6 @@ pub enum HeadersError {
     KeyValue { secret: String, key: String },
     #[error("header {name:?} is set both in serverHeaders and in Secret {secret}: keep one")]
     Both { name: String, secret: String },
-}
-
-type SecretData = BTreeMap<String, ByteString>;
-
-/// Secrets read recently, by (namespace, name); a read older than [`SECRET_REFRESH`] is
-/// forgotten, so a Secret that no scaler names any more does not stay in memory.
-pub struct SecretCache {
-    read: moka::sync::Cache<(String, String), SecretData>,
-}
-
-impl Default for SecretCache {
-    fn default() -> Self {
-        Self {
-            read: moka::sync::Cache::builder()
-                .max_capacity(10_000)
-                .time_to_live(SECRET_REFRESH)
-                .build(),
-        }
-    }
-}
-
-impl SecretCache {
-    async fn data(
-        &self,
-        client: &Client,
-        namespace: &str,
-        name: &str,
-    ) -> Result<SecretData, HeadersError> {
-        let key = (namespace.to_owned(), name.to_owned());
-        if let Some(data) = self.read.get(&key) {
-            return Ok(data);
-        }
-        let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-        let secret = api.get(name).await.map_err(|source| HeadersError::Secret {
-            name: name.to_owned(),
-            source,
-        })?;
-        let data = secret.data.unwrap_or_default();
-        self.read.insert(key, data.clone());
-        Ok(data)
-    }
 }
 
 /// Every header the scaler sends.
@@ -88,7 +35,9 @@ pub async fn resolve(
 ) -> Result<HeaderMap, HeadersError> {
     let mut headers = http::headers(scaler.spec.server_headers.as_ref())?;
     if let Some(from) = &scaler.spec.server_headers_from {
-        let data = secrets.data(client, namespace, &from.secret_name).await?;
+        let data = secrets
+            .data(client, namespace, &from.secret_name, "serverHeadersFrom")
+            .await?;
         merge(&mut headers, &data, &from.secret_name)?;
     }
     Ok(headers)
@@ -122,6 +71,8 @@ fn merge(headers: &mut HeaderMap, data: &SecretData, secret: &str) -> Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::ByteString;
+    use std::collections::BTreeMap;
 
     fn data(pairs: &[(&str, &[u8])]) -> SecretData {
         pairs
@@ -171,7 +122,10 @@ mod tests {
         assert!(bad.to_string().contains("\"X-Token\""), "{bad}");
         let name = merge(&mut HeaderMap::new(), &data(&[("bad key", b"v")]), "auth").unwrap_err();
         assert_eq!(
-            crate::controller::SyncError::from(name).reason(),
+            crate::controller::SyncError::from(
+                crate::controller::server_access::AccessError::from(name)
+            )
+            .reason(),
             crate::controller::FailureReason::InvalidSpec
         );
     }

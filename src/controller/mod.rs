@@ -10,6 +10,8 @@ pub mod headers;
 mod preflight;
 mod reconcile;
 pub mod scale;
+pub mod secrets;
+pub mod server_access;
 mod startup;
 pub mod status;
 pub mod target_watches;
@@ -48,7 +50,9 @@ pub struct Context {
     pub leadership: crate::leader::Leadership,
     pub allowed: crate::signals::allow::AllowList,
     /// Secrets named by serverHeadersFrom, read at most every 30 s.
-    pub secrets: headers::SecretCache,
+    pub secrets: secrets::SecretCache,
+    /// Clients for servers with a private CA or a client certificate (serverTLS).
+    pub tls_clients: server_access::TlsClients,
     /// (topic, scaler uid) pairs already told once.
     told: std::sync::Mutex<std::collections::HashSet<(&'static str, String)>>,
     /// The digest of the last message told per (topic, scaler uid), for notices told again only
@@ -94,6 +98,7 @@ impl Context {
             leadership: shared.leadership,
             allowed: shared.allowed,
             secrets: Default::default(),
+            tls_clients: Default::default(),
             told: Default::default(),
             last_told: Default::default(),
             unmarked: Default::default(),

@@ -16,12 +16,12 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
-use reqwest::header::HeaderMap;
 use serde_json::json;
 use thiserror::Error;
 
 use super::error::SyncError;
 use super::events::{self, Note};
+use super::server_access::{self, ServerAccess};
 use super::status::{self, Outcome, Scaler};
 use super::watched_target::WatchedTarget;
 use super::{Context, scale, startup, victims, watched_target};
@@ -99,8 +99,8 @@ struct Observed {
     /// How to write the target, and what the victim selection needs of it.
     resource: ApiResource,
     object: Arc<WatchedTarget>,
-    /// The resolved serverHeaders, for the deletion-cost query.
-    headers: HeaderMap,
+    /// How to reach serverAddress (client and headers), for the deletion-cost query.
+    access: ServerAccess,
     startup: Option<StartupStatus>,
     /// The scale-to-zero timers after this sync, under scaleToZero.
     zero: Option<ZeroMemory>,
@@ -172,20 +172,28 @@ async fn observe(
 
     // Before any request: the address may be somewhere the operator must not call.
     ctx.allowed.check(&spec.server_address)?;
-    let headers = super::headers::resolve(&ctx.secrets, &ctx.client, scaler, namespace).await?;
+    let access = server_access::resolve(
+        &ctx.secrets,
+        &ctx.tls_clients,
+        &ctx.http,
+        &ctx.client,
+        scaler,
+        namespace,
+    )
+    .await?;
     let signal = match spec.metric_provider {
         MetricProvider::Prometheus => {
-            Signal::Ratio(read_metrics(scaler, ctx, namespace, &headers).await)
+            Signal::Ratio(read_metrics(scaler, ctx, namespace, &access).await)
         }
         MetricProvider::Custom => {
-            Signal::Absolute(read_decision(scaler, ctx, namespace, &headers).await?)
+            Signal::Absolute(read_decision(scaler, ctx, namespace, &access).await?)
         }
     };
     let behavior = crate::api::behavior::behavior(spec)?;
     let zero_rules = crate::api::behavior::zero_rules(spec)?;
     let activation = match (&zero_rules, &spec.scale_to_zero) {
         (Some(_), Some(zero)) => {
-            Some(read_activation(scaler, ctx, namespace, &headers, &zero.activation_query).await)
+            Some(read_activation(scaler, ctx, namespace, &access, &zero.activation_query).await)
         }
         _ => None,
     };
@@ -253,7 +261,7 @@ async fn observe(
         target_uid,
         resource,
         object,
-        headers,
+        access,
         startup,
         zero,
         syncs_without_signal,
@@ -292,7 +300,7 @@ impl<'a> Writer<'a> {
             namespace,
             &observed.object,
             removed,
-            &observed.headers,
+            &observed.access,
         )
         .await;
         let Some(replicas) = observed.decision.write else {
@@ -477,7 +485,7 @@ async fn read_metrics(
     scaler: &LLMScaler,
     ctx: &Context,
     namespace: &str,
-    headers: &HeaderMap,
+    access: &ServerAccess,
 ) -> Vec<MetricReading> {
     let spec = &scaler.spec;
     let metrics = spec.metrics.as_deref().unwrap_or_default();
@@ -496,8 +504,13 @@ async fn read_metrics(
             }
         };
         let started = Instant::now();
-        let value =
-            prometheus::query_value(&ctx.http, &spec.server_address, headers, &metric.query).await;
+        let value = prometheus::query_value(
+            &access.client,
+            &spec.server_address,
+            &access.headers,
+            &metric.query,
+        )
+        .await;
         ctx.metrics.observe_query(
             MetricLabels {
                 namespace: namespace.to_owned(),
@@ -509,8 +522,9 @@ async fn read_metrics(
         );
         MetricReading {
             name,
-            value: value
-                .map_err(|e| SkipReason::Unavailable(http::redact(&e.to_string(), headers))),
+            value: value.map_err(|e| {
+                SkipReason::Unavailable(http::redact(&e.to_string(), &access.headers))
+            }),
             target,
             kind,
         }
@@ -524,12 +538,17 @@ async fn read_activation(
     scaler: &LLMScaler,
     ctx: &Context,
     namespace: &str,
-    headers: &HeaderMap,
+    access: &ServerAccess,
     query: &str,
 ) -> Result<f64, SkipReason> {
     let started = Instant::now();
-    let value =
-        prometheus::query_value(&ctx.http, &scaler.spec.server_address, headers, query).await;
+    let value = prometheus::query_value(
+        &access.client,
+        &scaler.spec.server_address,
+        &access.headers,
+        query,
+    )
+    .await;
     ctx.metrics.observe_query(
         MetricLabels {
             namespace: namespace.to_owned(),
@@ -539,7 +558,7 @@ async fn read_activation(
         started.elapsed(),
         value.as_ref().is_ok_and(|v| v.is_finite()),
     );
-    value.map_err(|e| SkipReason::Unavailable(http::redact(&e.to_string(), headers)))
+    value.map_err(|e| SkipReason::Unavailable(http::redact(&e.to_string(), &access.headers)))
 }
 
 /// The name a metric is recorded and served under: its own, or `metric-<index>` when unnamed.
@@ -556,7 +575,7 @@ async fn read_decision(
     scaler: &LLMScaler,
     ctx: &Context,
     namespace: &str,
-    headers: &HeaderMap,
+    access: &ServerAccess,
 ) -> Result<Result<i32, String>, SyncError> {
     let spec = &scaler.spec;
     let provider = spec
@@ -568,9 +587,9 @@ async fn read_decision(
             .map_err(SyncError::DecisionUrl)?;
     let started = Instant::now();
     let count = decision_server::fetch_decision(
-        &ctx.http,
+        &access.client,
         &url,
-        headers,
+        &access.headers,
         &provider.service_id,
         provider.namespace.as_deref(),
     )
@@ -587,7 +606,7 @@ async fn read_decision(
     Ok(count.map_err(|e| {
         format!(
             "the decision server gave no usable count: {}",
-            http::redact(&e.to_string(), headers)
+            http::redact(&e.to_string(), &access.headers)
         )
     }))
 }

@@ -11,7 +11,7 @@ use crate::api::{
 };
 use crate::scaling::{
     AwakeWait, Change, Decision, DeferReason, Direction, Entry, HoldReason, Learned, LimitReason,
-    Memory, Pause, Reason, TargetState, ZeroMemory, ZeroPhase, ZeroReason, zero_phase,
+    Memory, Pause, Reason, TargetState, ZeroMemory, ZeroReason, zero_phase,
 };
 
 pub const READY: &str = "Ready";
@@ -88,27 +88,7 @@ pub fn render(
             );
             let phase =
                 zero.map(|z| zero_phase(decision, target.spec_replicas, target.ready_replicas, z));
-            let (active, reason, message) = match (phase, zero) {
-                (
-                    Some(ZeroPhase::Waking),
-                    Some(ZeroMemory {
-                        woke_at: Some(at), ..
-                    }),
-                ) if !decision
-                    .reasons
-                    .iter()
-                    .any(|r| matches!(r, Reason::Held(HoldReason::Paused(_)))) =>
-                {
-                    (
-                        true,
-                        "Waking",
-                        format!(
-                            "woken from zero at {at}; waiting for the first replica to be Ready"
-                        ),
-                    )
-                }
-                _ => scaling_active(decision),
-            };
+            let (active, reason, message) = scaling_active(decision);
             set(SCALING_ACTIVE, active, reason, message);
             let (limited, reason, message) = scaling_limited(decision);
             set(SCALING_LIMITED, limited, reason, message);
@@ -270,6 +250,15 @@ fn scaling_active(decision: &Decision) -> (bool, &'static str, String) {
                         ),
                     ),
                 };
+            }
+            Reason::Zero(ZeroReason::Waking { since }) => {
+                return (
+                    true,
+                    "Waking",
+                    format!(
+                        "woken from zero at {since}; waiting for the first replica to be Ready"
+                    ),
+                );
             }
             Reason::Zero(ZeroReason::WentToZero { idle_seconds }) => {
                 return (

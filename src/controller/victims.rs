@@ -238,7 +238,7 @@ pub(super) async fn for_sync(
     namespace: &str,
     target: &WatchedTarget,
     removed: usize,
-    headers: &HeaderMap,
+    access: &super::server_access::ServerAccess,
 ) -> Vec<Note> {
     let spec = &scaler.spec;
     let uid = scaler.uid().unwrap_or_default();
@@ -296,9 +296,9 @@ pub(super) async fn for_sync(
         .filter(|q| !q.trim().is_empty());
     let warmth = match (spec.metric_provider, query) {
         (MetricProvider::Prometheus, Some(query)) => Warmth::Query {
-            http: &ctx.http,
+            http: &access.client,
             server: &spec.server_address,
-            headers,
+            headers: &access.headers,
             query,
         },
         _ => Warmth::Newest,

@@ -9,7 +9,7 @@
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::decision::{Bounds, Decision, Input, LimitReason, Memory, Reason, decide};
+use super::decision::{Bounds, Decision, HoldReason, Input, LimitReason, Memory, Reason, decide};
 use super::recommend::SkipReason;
 use super::stabilization::Entry;
 
@@ -82,6 +82,8 @@ pub enum ZeroReason {
         activation: Result<f64, SkipReason>,
         threshold: f64,
     },
+    /// Woken at `since`; no replica is Ready yet, so no per-pod metric can be read.
+    Waking { since: Timestamp },
     /// The metrics recommend zero, but one replica stays.
     KeptAwake { recommended: i32, wait: AwakeWait },
     /// Gone to zero after `idle_seconds` without demand.
@@ -143,10 +145,15 @@ pub fn decide_with_zero(
             );
         }
         let mut asleep = asleep;
-        asleep.reasons.push(Reason::Zero(ZeroReason::AtZero {
-            activation,
-            threshold: rules.threshold,
-        }));
+        // A per-pod metric with nothing to measure is the expected state at zero, not a hold.
+        drop_expected_hold(&mut asleep);
+        asleep.reasons.insert(
+            0,
+            Reason::Zero(ZeroReason::AtZero {
+                activation,
+                threshold: rules.threshold,
+            }),
+        );
         return (asleep, ZeroMemory::default());
     }
 
@@ -191,6 +198,15 @@ pub fn decide_with_zero(
         None
     };
 
+    // Woken, and no replica Ready yet: the per-pod metrics have nothing to measure so far.
+    if let Some(since) = memory.woke_at
+        && input.target.ready_replicas <= 0
+        && drop_expected_hold(&mut awake)
+    {
+        awake
+            .reasons
+            .insert(0, Reason::Zero(ZeroReason::Waking { since }));
+    }
     match wait {
         None if metrics_allow && input.target.rollout.is_none() => {
             (went_to_zero(awake, input, rules), ZeroMemory::default())
@@ -218,6 +234,16 @@ pub fn phase(decision: &Decision, current: i32, ready: i32, memory: &ZeroMemory)
     } else {
         ZeroPhase::Awake
     }
+}
+
+/// Removes the hold for want of a metric, where no metric can be expected; says whether there
+/// was one.
+fn drop_expected_hold(decision: &mut Decision) -> bool {
+    let before = decision.reasons.len();
+    decision
+        .reasons
+        .retain(|r| !matches!(r, Reason::Held(HoldReason::NoUsableMetric)));
+    decision.reasons.len() != before
 }
 
 /// Removes the "raised to minReplicas" that only the awake floor of one replica caused (the
@@ -333,10 +359,14 @@ mod tests {
             (0, None),
             "idle activation: stays at zero"
         );
-        assert!(matches!(
-            d.reasons.last(),
-            Some(Reason::Zero(ZeroReason::AtZero { .. }))
-        ));
+        assert_eq!(
+            d.reasons,
+            vec![Reason::Zero(ZeroReason::AtZero {
+                activation: Ok(0.0),
+                threshold: 0.0
+            })],
+            "no hold for want of a metric: at zero there is none to want"
+        );
         assert_eq!(m, ZeroMemory::default());
 
         let (d, m) = decide_with_zero(&i, &RULES, Ok(2.5), ZeroMemory::default());
@@ -350,6 +380,14 @@ mod tests {
             d.reasons
         );
         assert_eq!(phase(&d, 0, 0, &m), ZeroPhase::Waking);
+
+        // The next sync: asked for, not Ready, no per-pod series yet.
+        let (d, _) = decide_with_zero(&input(1, 0, None, 15), &RULES, Ok(2.5), m);
+        assert_eq!(d.write, None);
+        assert_eq!(
+            d.reasons,
+            vec![Reason::Zero(ZeroReason::Waking { since: at(0) })]
+        );
     }
 
     #[test]

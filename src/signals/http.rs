@@ -39,12 +39,16 @@ pub fn client() -> Result<reqwest::Client, HttpError> {
 
 /// [`client`] with another per-request timeout.
 pub fn client_with_timeout(timeout: Duration) -> Result<reqwest::Client, HttpError> {
+    client_builder(timeout).build().map_err(HttpError::Build)
+}
+
+/// The settings every signal client shares (no redirects, the timeouts), for a client that adds
+/// its own TLS roots or identity.
+pub fn client_builder(timeout: Duration) -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(timeout)
         .connect_timeout(timeout.min(Duration::from_secs(5)))
-        .build()
-        .map_err(HttpError::Build)
 }
 
 /// Turns spec.serverHeaders into request headers, each marked sensitive so that reqwest and
@@ -128,7 +132,7 @@ pub async fn send(
 
 /// reqwest's Display stops at "error sending request"; the cause (connection refused, DNS) is
 /// what a user needs.
-fn describe(error: &reqwest::Error) -> String {
+pub fn describe(error: &reqwest::Error) -> String {
     let mut text = error.to_string();
     let mut source = std::error::Error::source(error);
     while let Some(cause) = source {

@@ -70,6 +70,9 @@ pub struct Prometheus {
     child: Child,
     pub url: String,
     dir: PathBuf,
+    /// A client that can reach it (for a secured server: trusting its CA, with a client
+    /// certificate and credentials).
+    http: reqwest::Client,
 }
 
 impl Prometheus {
@@ -80,6 +83,20 @@ impl Prometheus {
 
     /// Starts Prometheus scraping `targets` every second and waits until it is ready.
     pub async fn scraping(targets: &[std::net::SocketAddr]) -> Self {
+        Self::launch(targets, None).await
+    }
+
+    /// Starts Prometheus scraping `exporter` behind `web_config` (the `--web.config.file`
+    /// contents: TLS, client certificates, basic auth), reached by the tests through `http` at
+    /// https://localhost.
+    pub async fn secured(exporter: &Exporter, web_config: &str, http: reqwest::Client) -> Self {
+        Self::launch(&[exporter.addr.unwrap()], Some((web_config, http))).await
+    }
+
+    async fn launch(
+        targets: &[std::net::SocketAddr],
+        web: Option<(&str, reqwest::Client)>,
+    ) -> Self {
         let binary = which_prometheus();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -96,7 +113,19 @@ impl Prometheus {
         );
         std::fs::write(dir.join("prometheus.yml"), config).unwrap();
         let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
-        let child = Command::new(binary)
+        let mut command = Command::new(binary);
+        let (scheme, http) = match web {
+            Some((web_config, http)) => {
+                std::fs::write(dir.join("web.yml"), web_config).unwrap();
+                command.arg(format!(
+                    "--web.config.file={}",
+                    dir.join("web.yml").display()
+                ));
+                ("https://localhost", http)
+            }
+            None => ("http://127.0.0.1", reqwest::Client::new()),
+        };
+        let child = command
             .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
             .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
@@ -107,10 +136,11 @@ impl Prometheus {
             .unwrap_or_else(|e| panic!("cannot start prometheus ({e}); `make test` installs Debian's prometheus package"));
         let prometheus = Self {
             child,
-            url: format!("http://127.0.0.1:{port}"),
+            url: format!("{scheme}:{port}"),
             dir,
+            http,
         };
-        let http = reqwest::Client::new();
+        let http = prometheus.http.clone();
         let ready = format!("{}/-/ready", prometheus.url);
         super::eventually(
             "Prometheus to be ready",
@@ -127,7 +157,7 @@ impl Prometheus {
     /// The JSON answer of an instant query, if Prometheus gave one.
     async fn instant(&self, query: &str) -> Option<serde_json::Value> {
         let url = format!("{}/api/v1/query", self.url);
-        reqwest::Client::new()
+        self.http
             .get(&url)
             .query(&[("query", query)])
             .send()

@@ -1,0 +1,251 @@
+//! A Prometheus that demands TLS from a private CA, a client certificate and basic auth (a real
+//! Prometheus started with --web.config.file), reached through serverTLS and serverAuth whose
+//! material lives in Secrets: the scaler scales on it; a missing Secret or a malformed
+//! certificate is a clear condition and no write; a rotated Secret is picked up.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::Operator;
+use common::env::{Env, WAIT};
+use common::prometheus::{Exporter, Prometheus};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+};
+use serde_json::json;
+
+const USER: &str = "scaler";
+const PASSWORD: &str = "correct horse battery staple";
+
+/// A private CA, a server certificate for localhost and a client certificate, all PEM.
+struct Pki {
+    ca: String,
+    server: (String, String),
+    client: (String, String),
+}
+
+fn pki() -> Pki {
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::new()).unwrap();
+    ca.distinguished_name
+        .push(DnType::CommonName, "private-prometheus-ca");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+    let issuer = Issuer::new(ca, ca_key);
+    let leaf = |names: Vec<String>, usage: ExtendedKeyUsagePurpose| {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(names).unwrap();
+        params.distinguished_name.push(DnType::CommonName, "leaf");
+        params.extended_key_usages = vec![usage];
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    };
+    Pki {
+        ca: ca_pem,
+        server: leaf(
+            vec!["localhost".into()],
+            ExtendedKeyUsagePurpose::ServerAuth,
+        ),
+        client: leaf(
+            vec!["llmscaleoperator".into()],
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ),
+    }
+}
+
+/// Prometheus demanding all three, and a test client that has them.
+async fn secured_prometheus(exporter: &Exporter, pki: &Pki, ns: &str) -> Prometheus {
+    let dir = std::env::temp_dir().join(format!("llmscaler-pki-{ns}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    let hash = bcrypt::hash(PASSWORD, 4).unwrap();
+    let web = format!(
+        "tls_server_config:\n  cert_file: {}\n  key_file: {}\n  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {}\nbasic_auth_users:\n  {USER}: '{hash}'\n",
+        file("server.crt", &pki.server.0),
+        file("server.key", &pki.server.1),
+        file("ca.crt", &pki.ca),
+    );
+    let identity =
+        reqwest::Identity::from_pem(format!("{}{}", pki.client.0, pki.client.1).as_bytes())
+            .unwrap();
+    let http = reqwest::Client::builder()
+        .tls_certs_only(reqwest::Certificate::from_pem_bundle(pki.ca.as_bytes()).unwrap())
+        .identity(identity)
+        .default_headers(
+            [(
+                reqwest::header::AUTHORIZATION,
+                format!(
+                    "Basic {}",
+                    base64::Engine::encode(
+                        &base64::engine::general_purpose::STANDARD,
+                        format!("{USER}:{PASSWORD}")
+                    )
+                )
+                .parse()
+                .unwrap(),
+            )]
+            .into_iter()
+            .collect(),
+        )
+        .build()
+        .unwrap();
+    Prometheus::secured(exporter, &web, http).await
+}
+
+async fn secret(env: &Env, name: &str, type_: Option<&str>, data: serde_json::Value) {
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": { "name": name }, "type": type_, "stringData": data
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(env.client.clone(), &env.ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn scales_on_a_prometheus_behind_a_private_ca_client_certificates_and_basic_auth() {
+    llmscaleoperator::tls::install_crypto_provider().ok();
+    let env = Env::without_prometheus("secured-prom").await;
+    let exporter = Exporter::start().await;
+    exporter.set(&env.series("kv"), 2.0);
+    let pki = pki();
+    let prometheus = secured_prometheus(&exporter, &pki, &env.ns).await;
+    prometheus.wait_for_value(&env.query("kv"), 2.0).await;
+    let server = prometheus.url.clone();
+
+    secret(&env, "prom-ca", None, json!({ "ca.crt": pki.ca })).await;
+    secret(
+        &env,
+        "prom-client",
+        Some("kubernetes.io/tls"),
+        json!({ "tls.crt": pki.client.0, "tls.key": pki.client.1 }),
+    )
+    .await;
+    secret(
+        &env,
+        "prom-basic",
+        None,
+        json!({ "username": USER, "password": format!("{PASSWORD}\n") }),
+    )
+    .await;
+    env.deployment("vllm", 1).await;
+    env.deployment("plain", 1).await;
+    env.deployment("broken", 1).await;
+    let _operator = Operator::start(&env.client, &env.ns);
+    let spec = |tls: serde_json::Value| {
+        json!({
+            "serverAddress": server,
+            "minReplicas": 1, "maxReplicas": 3,
+            "metrics": [{ "name": "kv", "query": env.query("kv"), "target": "0.8" }],
+            "serverTLS": tls,
+            "serverAuth": { "basic": { "secretName": "prom-basic" } }
+        })
+    };
+    let full = json!({
+        "ca": { "secretName": "prom-ca" },
+        "clientCertificate": { "secretName": "prom-client" }
+    });
+    env.scaler("secure", "vllm", spec(full.clone())).await;
+    // ceil(1 × 2.0 / 0.8) = 3
+    env.wait_ready("vllm", 3).await;
+    let (active, reason, _) = env.condition("secure", "ScalingActive").await.unwrap();
+    assert_eq!((active.as_str(), reason.as_str()), ("True", "ValidMetric"));
+
+    // Without the client certificate the handshake is refused: the signal is lost, the fleet held.
+    env.scaler(
+        "no-client-cert",
+        "plain",
+        spec(json!({ "ca": { "secretName": "prom-ca" } })),
+    )
+    .await;
+    common::eventually("a held sync without a client certificate", WAIT, || async {
+        let (_, reason, _) = env.condition("no-client-cert", "ScalingActive").await?;
+        (reason == "NoUsableMetric").then_some(())
+    })
+    .await;
+    env.stays("plain", 1, Duration::from_secs(2)).await;
+
+    // A missing Secret, then a malformed certificate: Ready=False naming it, nothing written.
+    env.scaler(
+        "bad-ca",
+        "broken",
+        spec(json!({ "ca": { "secretName": "not-there" } })),
+    )
+    .await;
+    common::eventually("SecretUnavailable", WAIT, || async {
+        let (ready, reason, message) = env.condition("bad-ca", "Ready").await?;
+        (ready == "False" && reason == "SecretUnavailable" && message.contains("not-there"))
+            .then_some(())
+    })
+    .await;
+    secret(
+        &env,
+        "not-there",
+        None,
+        json!({ "ca.crt": "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n" }),
+    )
+    .await;
+    let message = common::eventually("InvalidSecret", Duration::from_secs(60), || async {
+        let (ready, reason, message) = env.condition("bad-ca", "Ready").await?;
+        (ready == "False" && reason == "InvalidSecret").then_some(message)
+    })
+    .await;
+    assert!(
+        message.contains("serverTLS.ca") && message.contains("not-there"),
+        "{message}"
+    );
+    env.stays("broken", 1, Duration::from_secs(2)).await;
+
+    // Rotation: a wrong password in the Secret is used within the refresh period, and the
+    // right one again after it.
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), &env.ns);
+    let set_password = |password: &'static str| {
+        let secrets = secrets.clone();
+        async move {
+            secrets
+                .patch(
+                    "prom-basic",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "stringData": { "password": password } })),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    set_password("wrong").await;
+    common::eventually(
+        "the rotated password to be used",
+        Duration::from_secs(60),
+        || async {
+            let (_, reason, message) = env.condition("secure", "ScalingActive").await?;
+            (reason == "NoUsableMetric" && message.contains("HTTP 401")).then_some(())
+        },
+    )
+    .await;
+    set_password(PASSWORD).await;
+    common::eventually(
+        "the right password again",
+        Duration::from_secs(60),
+        || async {
+            let (_, reason, _) = env.condition("secure", "ScalingActive").await?;
+            (reason == "ValidMetric").then_some(())
+        },
+    )
+    .await;
+    let status = env.scalers().get("secure").await.unwrap().status.unwrap();
+    assert!(
+        !serde_json::to_string(&status).unwrap().contains(PASSWORD),
+        "no credential in the status"
+    );
+    env.done().await;
+}
