@@ -486,6 +486,31 @@ fn invalid_cases() -> Vec<Case> {
         expect: vec!["spec.scaleToZero.activationQuery", "Required value"],
     });
     cases.push(Case {
+        what: "serverTLS over plain HTTP",
+        spec: with(
+            valid_spec(),
+            "/serverTLS",
+            json!({ "ca": { "secretName": "prom-ca" } }),
+        ),
+        expect: vec![
+            "spec.serverTLS",
+            "serverTLS needs an https:// serverAddress",
+        ],
+    });
+    for auth in [
+        json!({}),
+        json!({ "basic": { "secretName": "a" }, "bearer": { "secretName": "b" } }),
+    ] {
+        cases.push(Case {
+            what: "serverAuth with neither or both",
+            spec: with(valid_spec(), "/serverAuth", auth),
+            expect: vec![
+                "spec.serverAuth",
+                "serverAuth takes exactly one of basic and bearer",
+            ],
+        });
+    }
+    cases.push(Case {
         what: "a fallback above maxReplicas",
         spec: with(
             valid_spec(),
@@ -830,5 +855,36 @@ async fn published_openapi_describes_every_scale_down_field() {
             .unwrap()
             .contains("pod-deletion-cost"),
         "behavior explains the mechanism"
+    );
+    // What `kubectl explain` shows for the fields of scale-to-zero, fallback and server access.
+    for path in [
+        "/scaleToZero",
+        "/scaleToZero/properties/activationQuery",
+        "/scaleToZero/properties/activationThreshold",
+        "/scaleToZero/properties/idleSeconds",
+        "/scaleToZero/properties/minAwakeSeconds",
+        "/fallback",
+        "/fallback/properties/failureThreshold",
+        "/fallback/properties/replicas",
+        "/serverTLS",
+        "/serverTLS/properties/ca",
+        "/serverTLS/properties/clientCertificate",
+        "/serverAuth",
+        "/serverAuth/properties/basic",
+        "/serverAuth/properties/bearer",
+    ] {
+        let property = spec.pointer(path).unwrap_or(&Value::Null);
+        assert!(
+            described(property),
+            "spec{} has no description: {property}",
+            path.replace("/properties/", ".").replace('/', ".")
+        );
+    }
+    assert!(
+        spec["scaleToZero"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("cannot wake"),
+        "scaleToZero says why a per-pod metric is not enough"
     );
 }
