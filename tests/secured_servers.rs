@@ -1,6 +1,7 @@
-//! A Prometheus that demands TLS from a private CA, a client certificate and basic auth (a real
-//! Prometheus started with --web.config.file), reached through serverTLS and serverAuth whose
-//! material lives in Secrets: the scaler scales on it; a missing Secret or a malformed
+//! Servers that demand TLS from a private CA, a client certificate and credentials, reached
+//! through serverTLS and serverAuth whose material lives in Secrets: a real Prometheus started
+//! with --web.config.file (basic auth), and a decision server on rustls that verifies client
+//! certificates (a bearer token). The scaler scales on each; a missing Secret or a malformed
 //! certificate is a clear condition and no write; a rotated Secret is picked up.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -247,5 +248,109 @@ async fn scales_on_a_prometheus_behind_a_private_ca_client_certificates_and_basi
         !serde_json::to_string(&status).unwrap().contains(PASSWORD),
         "no credential in the status"
     );
+    env.done().await;
+}
+
+/// A decision server on HTTPS that accepts only clients with a certificate from `pki.ca` and the
+/// bearer token `token`; it asks for `active` replicas.
+async fn secured_decision_server(pki: &Pki, token: &'static str, active: i64) -> String {
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::response::IntoResponse;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pki.ca.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let verifier = rustls::server::WebPkiClientVerifier::builder(std::sync::Arc::new(roots))
+        .build()
+        .unwrap();
+    let chain: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(pki.server.0.as_bytes())
+            .map(Result::unwrap)
+            .collect();
+    let key = PrivateKeyDer::from_pem_slice(pki.server.1.as_bytes()).unwrap();
+    let mut config = rustls::ServerConfig::builder()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain, key)
+        .unwrap();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let tls = axum_server::tls_rustls::RustlsConfig::from_config(std::sync::Arc::new(config));
+    let app = axum::Router::new().route(
+        "/decisions",
+        axum::routing::get(move |headers: HeaderMap| async move {
+            let expected = format!("Bearer {token}");
+            if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some(&expected) {
+                return StatusCode::UNAUTHORIZED.into_response();
+            }
+            axum::Json(json!({
+                "apiVersion": "llmscaling.inference.x-k8s.io/v1alpha1",
+                "decisions": [{ "serviceId": "llama", "replicas": { "active": active } }]
+            }))
+            .into_response()
+        }),
+    );
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        axum_server::from_tcp_rustls(listener, tls)
+            .unwrap()
+            .serve(app.into_make_service())
+            .await
+    });
+    format!("https://localhost:{port}")
+}
+
+#[tokio::test]
+async fn follows_a_decision_server_behind_client_certificates_and_a_bearer_token() {
+    llmscaleoperator::tls::install_crypto_provider().ok();
+    let env = Env::without_prometheus("secured-decision").await;
+    let pki = pki();
+    let server = secured_decision_server(&pki, "s3cret-token", 3).await;
+    secret(&env, "ca", None, json!({ "ca.crt": pki.ca })).await;
+    secret(
+        &env,
+        "client",
+        Some("kubernetes.io/tls"),
+        json!({ "tls.crt": pki.client.0, "tls.key": pki.client.1 }),
+    )
+    .await;
+    secret(&env, "token", None, json!({ "bearer": "s3cret-token\n" })).await;
+    env.deployment("planned", 1).await;
+    env.deployment("unknown-ca", 1).await;
+    let _operator = Operator::start(&env.client, &env.ns);
+    let spec = |tls: serde_json::Value| {
+        json!({
+            "metricProvider": "Custom",
+            "serverAddress": server,
+            "customProvider": { "serviceId": "llama" },
+            "minReplicas": 1, "maxReplicas": 5,
+            "serverTLS": tls,
+            "serverAuth": { "bearer": { "secretName": "token", "key": "bearer" } }
+        })
+    };
+    env.scaler(
+        "planned",
+        "planned",
+        spec(json!({ "ca": { "secretName": "ca" }, "clientCertificate": { "secretName": "client" } })),
+    )
+    .await;
+    env.wait_ready("planned", 3).await;
+
+    // The system roots do not know the private CA: the server is not trusted, the fleet held.
+    env.scaler(
+        "unknown-ca",
+        "unknown-ca",
+        spec(json!({ "clientCertificate": { "secretName": "client" } })),
+    )
+    .await;
+    let message = common::eventually("a held sync on an untrusted server", WAIT, || async {
+        let (_, reason, message) = env.condition("unknown-ca", "ScalingActive").await?;
+        (reason == "SignalUnavailable").then_some(message)
+    })
+    .await;
+    assert!(!message.contains("s3cret-token"), "{message}");
+    env.stays("unknown-ca", 1, Duration::from_secs(2)).await;
     env.done().await;
 }
