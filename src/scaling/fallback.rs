@@ -85,37 +85,19 @@ pub fn with_fallback(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scaling::{
-        Behavior, Bounds, Memory, MetricReading, Signal, SkipReason, TargetState, TargetType,
-        decide,
-    };
-    use k8s_openapi::jiff::Timestamp;
+    use crate::scaling::{decide, fixture};
 
     const RULES: FallbackRules = FallbackRules {
         failure_threshold: 3,
         replicas: 4,
     };
-    const BOUNDS: Bounds = Bounds { min: 1, max: 6 };
-
     fn input(value: Option<f64>, spec: i32) -> Input {
-        Input {
-            signal: Signal::Ratio(vec![MetricReading {
-                name: "q".into(),
-                value: value.ok_or_else(|| SkipReason::Unavailable("503".into())),
-                target: 1.0,
-                kind: TargetType::Value,
-            }]),
-            target: TargetState {
-                spec_replicas: spec,
-                ready_replicas: spec,
-                rollout: None,
-            },
-            bounds: BOUNDS,
-            behavior: Behavior::scale_down(300, 0),
-            startup_seconds: None,
-            memory: Memory::default(),
-            now: Timestamp::UNIX_EPOCH,
-        }
+        fixture::input()
+            .value(value)
+            .replicas(spec, spec)
+            .bounds(1, 6)
+            .scale_down_window(300)
+            .build()
     }
 
     fn decision(value: Option<f64>, spec: i32) -> Decision {

@@ -8,6 +8,8 @@
 mod behavior;
 mod decision;
 mod fallback;
+#[cfg(test)]
+pub(crate) mod fixture;
 mod forecast;
 mod pause;
 mod recommend;

@@ -38,36 +38,23 @@ pub fn paused(decision: Decision, pause: Pause, target: &TargetState, before: &M
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scaling::{
-        Behavior, Bounds, Entry, Input, MetricReading, Signal, TargetType, decide,
-    };
+    use crate::scaling::{Entry, Input, decide, fixture};
     use k8s_openapi::jiff::Timestamp;
 
     fn input(value: f64, spec: i32) -> Input {
-        Input {
-            signal: Signal::Ratio(vec![MetricReading {
-                name: "q".into(),
-                value: Ok(value),
-                target: 1.0,
-                kind: TargetType::Value,
-            }]),
-            target: TargetState {
-                spec_replicas: spec,
-                ready_replicas: spec,
-                rollout: None,
-            },
-            bounds: Bounds { min: 1, max: 10 },
-            behavior: Behavior::scale_down(300, 0),
-            startup_seconds: None,
-            memory: Memory {
+        fixture::input()
+            .value(Some(value))
+            .replicas(spec, spec)
+            .scale_down_window(300)
+            .memory(Memory {
                 down: vec![Entry {
                     at: Timestamp::UNIX_EPOCH,
                     replicas: 6,
                 }],
                 ..Memory::default()
-            },
-            now: Timestamp::from_second(60).unwrap(),
-        }
+            })
+            .at(60)
+            .build()
     }
 
     #[test]

@@ -316,7 +316,7 @@ fn went_to_zero(awake: Decision, input: &Input, rules: &ZeroRules) -> Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scaling::{Behavior, MetricReading, Signal, TargetState, TargetType};
+    use crate::scaling::{MetricReading, Signal, TargetType, fixture};
 
     const RULES: ZeroRules = ZeroRules {
         threshold: 0.0,
@@ -325,29 +325,17 @@ mod tests {
     };
 
     fn at(seconds: i64) -> Timestamp {
-        Timestamp::from_second(seconds).unwrap()
+        fixture::time(seconds)
     }
 
     /// A per-pod metric (target 1 per replica) that is unreadable at zero, like a vLLM query.
     fn input(spec: i32, ready: i32, per_pod: Option<f64>, now: i64) -> Input {
-        Input {
-            signal: Signal::Ratio(vec![MetricReading {
-                name: "waiting".into(),
-                value: per_pod.ok_or_else(|| SkipReason::Unavailable("no series".into())),
-                target: 1.0,
-                kind: TargetType::Value,
-            }]),
-            target: TargetState {
-                spec_replicas: spec,
-                ready_replicas: ready,
-                rollout: None,
-            },
-            bounds: Bounds { min: 0, max: 8 },
-            behavior: Behavior::scale_down(0, 0),
-            startup_seconds: None,
-            memory: Memory::default(),
-            now: at(now),
-        }
+        fixture::input()
+            .value(per_pod)
+            .replicas(spec, ready)
+            .bounds(0, 8)
+            .at(now)
+            .build()
     }
 
     #[test]
