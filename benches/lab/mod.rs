@@ -856,8 +856,8 @@ fn render_verdicts(grouped: &BTreeMap<CellKey, Vec<Runs>>) -> String {
          zero), and it changes direction no more often than the HPA. The last column is the oracle \
          (sized with headroom) at the best peer's replica-hours, in the best peer's misses: above \
          0.75, not even knowing the future meets the bar at that cost.\n\n\
-         | trace | start-up | dominated by | best peer | misses ÷ best | replica-h ÷ best | Δ misses vs best (pp) | oscillations (operator / HPA) | wins | oracle ÷ best |\n\
-         | --- | ---: | --- | --- | ---: | ---: | ---: | ---: | :---: | ---: |\n",
+         | trace | start-up | dominated by | best peer | misses ÷ best | replica-h ÷ best | Δ misses vs best (pp) | oscillations (operator / HPA) | Δ oscillations vs HPA | wins | oracle ÷ best |\n\
+         | --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | :---: | ---: |\n",
     );
     for ((shape, delay), runs) in grouped {
         let Some(v) = verdict(runs) else { continue };
@@ -873,7 +873,7 @@ fn render_verdicts(grouped: &BTreeMap<CellKey, Vec<Runs>>) -> String {
         };
         let _ = writeln!(
             md,
-            "| {} | {delay} s | {dominated} | {} | {:.2} | {:.2} | {} | {:.1} / {:.1} | {} | {} |",
+            "| {} | {delay} s | {dominated} | {} | {:.2} | {:.2} | {} | {:.1} / {:.1} | {} | {} | {} |",
             shape.name(),
             v.best_peer,
             v.miss_ratio,
@@ -881,6 +881,7 @@ fn render_verdicts(grouped: &BTreeMap<CellKey, Vec<Runs>>) -> String {
             fmt_interval(v.misses_vs_best),
             v.oscillations.0,
             v.oscillations.1,
+            fmt_interval(v.oscillations_vs_hpa),
             if v.wins() { "yes" } else { "no" },
             v.oracle_vs_best
                 .map_or_else(|| "-".to_owned(), |r| format!("{r:.2}")),

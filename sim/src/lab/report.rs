@@ -106,6 +106,14 @@ pub fn miss_percent(runs: &Runs) -> Vec<f64> {
         .collect()
 }
 
+/// Per-seed direction changes.
+pub fn oscillations(runs: &Runs) -> Vec<f64> {
+    runs.outcomes
+        .iter()
+        .map(|o| f64::from(o.oscillations))
+        .collect()
+}
+
 /// Per-seed replica-hours.
 pub fn replica_hours(runs: &Runs) -> Vec<f64> {
     runs.outcomes.iter().map(Outcome::replica_hours).collect()
@@ -154,6 +162,9 @@ pub struct Verdict {
     pub misses_vs_best: Option<Interval>,
     /// The operator's oscillations, and the HPA's at its defaults (no more wanted).
     pub oscillations: (f64, f64),
+    /// The paired difference in oscillations to the HPA at its defaults (seed by seed): an
+    /// interval across zero means the two are not told apart by the lab.
+    pub oscillations_vs_hpa: Option<Interval>,
     /// What the oracle sized with headroom misses at the best peer's replica-hours, over what the
     /// best peer misses: above 0.75, not even knowing the future meets the 25% bar at that
     /// cost, and the misses left are bursts shorter than any start-up.
@@ -198,10 +209,8 @@ pub fn verdict(runs: &[Runs]) -> Option<Verdict> {
             .then(a.replica_hours.total_cmp(&b.replica_hours))
     })?;
     let misses = |s: &Summary| 1.0 - s.attainment;
-    let hpa = runs
-        .iter()
-        .find(|r| r.family == "HPA" && r.default)
-        .map_or(f64::INFINITY, |r| summarize(&r.outcomes).oscillations);
+    let hpa_runs = runs.iter().find(|r| r.family == "HPA" && r.default);
+    let hpa = hpa_runs.map_or(f64::INFINITY, |r| summarize(&r.outcomes).oscillations);
     Some(Verdict {
         dominated_by,
         best_peer: best.label.clone(),
@@ -215,6 +224,9 @@ pub fn verdict(runs: &[Runs]) -> Option<Verdict> {
         hours_ratio: mine.replica_hours / best_summary.replica_hours,
         misses_vs_best: paired_difference(&miss_percent(op), &miss_percent(best), 2000, 9),
         oscillations: (mine.oscillations, hpa),
+        oscillations_vs_hpa: hpa_runs.and_then(|h| {
+            paired_difference(&oscillations(op), &oscillations(h), 2000, 11)
+        }),
         oracle_vs_best: oracle_misses_at(runs, best_summary.replica_hours)
             .filter(|_| misses(best_summary) > 0.0)
             .map(|m| m / misses(best_summary)),
