@@ -26,6 +26,33 @@ use serde::{Deserialize, Serialize};
     status = "LLMScalerStatus",
     derive = "PartialEq",
     doc = "LLMScaler drives the replica count of one LLM inference workload from token-serving signals (KV-cache use, queue depth) or from an external planner's decision.",
+    shortname = "llms",
+    category = "all",
+    category = "autoscaling",
+    printcolumn(
+        name = "Reference",
+        type_ = "string",
+        json_path = ".spec.targetRef.name",
+        description = "The workload scaled (its kind is in -o wide)"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "Whether the last sync read the target and its signal"
+    ),
+    printcolumn(
+        name = "Value",
+        type_ = "string",
+        json_path = ".status.currentMetrics[0].value",
+        description = "The first metric's value at the last sync (the decision under Custom)"
+    ),
+    printcolumn(
+        name = "Target",
+        type_ = "string",
+        json_path = ".spec.metrics[0].target",
+        description = "The first metric's per-replica target"
+    ),
     printcolumn(
         name = "MinReplicas",
         type_ = "integer",
@@ -39,21 +66,56 @@ use serde::{Deserialize, Serialize};
         description = "Upper replica bound"
     ),
     printcolumn(
-        name = "CurrentReplicas",
-        type_ = "integer",
-        json_path = ".status.currentReplicas",
-        description = "Ready replicas of the target at the last sync"
-    ),
-    printcolumn(
-        name = "DesiredReplicas",
+        name = "Desired",
         type_ = "integer",
         json_path = ".status.desiredReplicas",
         description = "Last recommendation after clamping and stabilization"
     ),
     printcolumn(
+        name = "Current",
+        type_ = "integer",
+        json_path = ".status.currentReplicas",
+        description = "Ready replicas of the target at the last sync"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Kind",
+        type_ = "string",
+        json_path = ".spec.targetRef.kind",
+        description = "Kind of the workload scaled",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Metric",
+        type_ = "string",
+        json_path = ".status.currentMetrics[0].name",
+        description = "The first metric's name",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Active",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"ScalingActive\")].reason",
+        description = "Why the signal does or does not drive the count (ScalingActive)",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Limited",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"ScalingLimited\")].reason",
+        description = "What bounds the count (ScalingLimited)",
+        priority = 1
+    ),
+    printcolumn(
+        name = "LastScale",
+        type_ = "date",
+        json_path = ".status.lastScaleTime",
+        description = "When the operator last changed the replica count",
+        priority = 1
     )
 )]
 #[x_kube(

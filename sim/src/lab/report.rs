@@ -224,9 +224,8 @@ pub fn verdict(runs: &[Runs]) -> Option<Verdict> {
         hours_ratio: mine.replica_hours / best_summary.replica_hours,
         misses_vs_best: paired_difference(&miss_percent(op), &miss_percent(best), 2000, 9),
         oscillations: (mine.oscillations, hpa),
-        oscillations_vs_hpa: hpa_runs.and_then(|h| {
-            paired_difference(&oscillations(op), &oscillations(h), 2000, 11)
-        }),
+        oscillations_vs_hpa: hpa_runs
+            .and_then(|h| paired_difference(&oscillations(op), &oscillations(h), 2000, 11)),
         oracle_vs_best: oracle_misses_at(runs, best_summary.replica_hours)
             .filter(|_| misses(best_summary) > 0.0)
             .map(|m| m / misses(best_summary)),
