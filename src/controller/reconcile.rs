@@ -718,6 +718,18 @@ fn count(
         .paused
         .get_or_create(&labels)
         .set(i64::from(is_paused));
+    metrics
+        .min_replicas
+        .get_or_create(&labels)
+        .set(i64::from(scaler.spec.min_replicas));
+    metrics
+        .max_replicas
+        .get_or_create(&labels)
+        .set(i64::from(scaler.spec.max_replicas));
+    metrics
+        .syncs_without_signal
+        .get_or_create(&labels)
+        .set(i64::from(synced.observed.syncs_without_signal));
     if let Some(written) = decision.write {
         let direction = if written > target.spec_replicas {
             "up"

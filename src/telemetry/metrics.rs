@@ -109,6 +109,11 @@ pub struct Metrics {
     pub current_replicas: Family<ScalerLabels, Gauge>,
     /// 1 while the scaler is paused by annotation.
     pub paused: Family<ScalerLabels, Gauge>,
+    /// The spec's bounds, so a dashboard or an alert can tell a fleet pinned at its maximum.
+    pub min_replicas: Family<ScalerLabels, Gauge>,
+    pub max_replicas: Family<ScalerLabels, Gauge>,
+    /// Consecutive syncs without a usable signal (0 while the signal is fine).
+    pub syncs_without_signal: Family<ScalerLabels, Gauge>,
     pub scale_events: Family<ScaleLabels, Counter>,
     /// 1 while this replica may write (always 1 without leader election).
     pub leader: Gauge,
@@ -125,6 +130,9 @@ impl Default for Metrics {
         let desired_replicas = Family::<ScalerLabels, Gauge>::default();
         let current_replicas = Family::<ScalerLabels, Gauge>::default();
         let paused = Family::<ScalerLabels, Gauge>::default();
+        let min_replicas = Family::<ScalerLabels, Gauge>::default();
+        let max_replicas = Family::<ScalerLabels, Gauge>::default();
+        let syncs_without_signal = Family::<ScalerLabels, Gauge>::default();
         let scale_events = Family::<ScaleLabels, Counter>::default();
         let leader = Gauge::default();
         registry.register(
@@ -169,6 +177,21 @@ impl Default for Metrics {
             paused.clone(),
         );
         registry.register(
+            "min_replicas",
+            "The scaler's minReplicas",
+            min_replicas.clone(),
+        );
+        registry.register(
+            "max_replicas",
+            "The scaler's maxReplicas",
+            max_replicas.clone(),
+        );
+        registry.register(
+            "syncs_without_signal",
+            "Consecutive syncs without a usable signal (what fallback.failureThreshold counts)",
+            syncs_without_signal.clone(),
+        );
+        registry.register(
             "scale_events",
             "Replica count changes written",
             scale_events.clone(),
@@ -183,6 +206,9 @@ impl Default for Metrics {
             desired_replicas,
             current_replicas,
             paused,
+            min_replicas,
+            max_replicas,
+            syncs_without_signal,
             scale_events,
             leader,
         }
@@ -220,6 +246,9 @@ impl Metrics {
         self.desired_replicas.remove(&labels);
         self.current_replicas.remove(&labels);
         self.paused.remove(&labels);
+        self.min_replicas.remove(&labels);
+        self.max_replicas.remove(&labels);
+        self.syncs_without_signal.remove(&labels);
         for result in SyncResult::ALL {
             self.syncs.remove(&SyncLabels {
                 namespace: namespace.to_owned(),

@@ -1,0 +1,143 @@
+//! The alert rules (chart/files/alerts.yaml): valid for Prometheus (`promtool check rules`), firing
+//! when and only when they should (`promtool test rules` on tests/alerts/alerts_test.yaml), on
+//! metrics the operator really serves, and installed unchanged by the chart's PrometheusRule.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+const RULES: &str = "chart/files/alerts.yaml";
+
+fn promtool(args: &[&str]) {
+    let out = Command::new("promtool")
+        .args(args)
+        .current_dir(common::repo_root())
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run promtool ({e}); `make test` installs Debian's prometheus package")
+        });
+    assert!(
+        out.status.success(),
+        "promtool {args:?}:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_rules_are_valid_and_fire_when_they_should() {
+    promtool(&["check", "rules", RULES]);
+    promtool(&["test", "rules", "tests/alerts/alerts_test.yaml"]);
+}
+
+#[test]
+fn every_metric_the_rules_read_is_served_by_the_operator() {
+    let rules = std::fs::read_to_string(common::repo_root().join(RULES)).unwrap();
+    let named: BTreeSet<String> = rules
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("llmscaler_"))
+        .map(str::to_owned)
+        .collect();
+    assert!(named.len() >= 6, "{named:?}");
+    // One scaler's series in every family (an empty family is not exposed at all).
+    use llmscaleoperator::controller::FailureReason;
+    use llmscaleoperator::telemetry::metrics::{
+        FailureLabels, MetricLabels, Metrics, ScalerLabels, SyncLabels, SyncResult,
+    };
+    let metrics = Metrics::default();
+    let scaler = ScalerLabels {
+        namespace: "prod".into(),
+        scaler: "llama".into(),
+    };
+    for gauge in [
+        &metrics.desired_replicas,
+        &metrics.current_replicas,
+        &metrics.paused,
+        &metrics.min_replicas,
+        &metrics.max_replicas,
+        &metrics.syncs_without_signal,
+    ] {
+        gauge.get_or_create(&scaler).set(1);
+    }
+    metrics
+        .syncs
+        .get_or_create(&SyncLabels {
+            namespace: "prod".into(),
+            scaler: "llama".into(),
+            result: SyncResult::Held,
+        })
+        .inc();
+    metrics
+        .sync_failures
+        .get_or_create(&FailureLabels {
+            namespace: "prod".into(),
+            scaler: "llama".into(),
+            reason: FailureReason::TargetNotFound,
+        })
+        .inc();
+    metrics.observe_query(
+        MetricLabels {
+            namespace: "prod".into(),
+            scaler: "llama".into(),
+            metric: "kv".into(),
+        },
+        std::time::Duration::from_millis(3),
+        false,
+    );
+    let exposition = metrics.encode().unwrap();
+    let served: BTreeSet<String> = exposition
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .collect();
+    for metric in &named {
+        let family = metric
+            .strip_suffix("_total")
+            .or_else(|| metric.strip_suffix("_count"))
+            .unwrap_or(metric);
+        assert!(
+            served.contains(family),
+            "{metric} is not served (served: {served:?})"
+        );
+    }
+}
+
+#[test]
+fn the_chart_installs_the_same_rules() {
+    let out = common::helm(&[
+        "template",
+        "r",
+        "chart",
+        "--set",
+        "metrics.prometheusRule.enabled=true",
+        "--set",
+        "metrics.prometheusRule.labels.release=kube-prometheus",
+        "--show-only",
+        "templates/prometheusrule.yaml",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rendered: Value = serde_norway::from_slice(&out.stdout).unwrap();
+    assert_eq!(rendered["kind"], "PrometheusRule");
+    assert_eq!(rendered["metadata"]["labels"]["release"], "kube-prometheus");
+    let file: Value = Value::deserialize(serde_norway::Deserializer::from_str(
+        &std::fs::read_to_string(common::repo_root().join(RULES)).unwrap(),
+    ))
+    .unwrap();
+    assert_eq!(rendered["spec"]["groups"], file["groups"]);
+
+    // Off by default.
+    let out = common::helm(&["template", "r", "chart"]);
+    assert!(out.status.success());
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("kind: PrometheusRule"));
+}
