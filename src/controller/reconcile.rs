@@ -692,12 +692,49 @@ fn count(
     metrics
         .sync_duration
         .observe(started.elapsed().as_secs_f64());
+    metrics.set_condition(namespace, &name, status::READY, outcome.is_ok());
     let Ok(synced) = outcome else {
+        metrics.set_condition(namespace, &name, status::SCALING_ACTIVE, false);
         return;
     };
     let Observed {
         decision, target, ..
     } = &synced.observed;
+    metrics.set_condition(
+        namespace,
+        &name,
+        status::SCALING_ACTIVE,
+        status::scaling_active(decision).0,
+    );
+    metrics.set_condition(
+        namespace,
+        &name,
+        status::SCALING_LIMITED,
+        status::scaling_limited(decision).0,
+    );
+    let specs = scaler.spec.metrics.as_deref().unwrap_or_default();
+    for (i, outcome) in decision.metrics.iter().enumerate() {
+        let labels = MetricLabels {
+            namespace: namespace.to_owned(),
+            scaler: name.clone(),
+            metric: outcome.name.clone(),
+        };
+        match outcome.value {
+            Some(value) => {
+                metrics.metric_value.get_or_create(&labels).set(value);
+            }
+            None => {
+                metrics.metric_value.remove(&labels);
+            }
+        }
+        if let Some(target) = specs
+            .get(i)
+            .filter(|_| outcome.name != DECISION_METRIC)
+            .and_then(|m| parse_target(&m.target).ok())
+        {
+            metrics.metric_target.get_or_create(&labels).set(target);
+        }
+    }
     let labels = ScalerLabels {
         namespace: namespace.to_owned(),
         scaler: name.clone(),

@@ -217,7 +217,7 @@ fn history(uid: &str, target_uid: &str, memory: &Memory) -> Option<Recommendatio
     })
 }
 
-fn scaling_active(decision: &Decision) -> (bool, &'static str, String) {
+pub(super) fn scaling_active(decision: &Decision) -> (bool, &'static str, String) {
     for reason in &decision.reasons {
         match reason {
             Reason::Held(HoldReason::Fallback { syncs, floor }) => {
@@ -329,7 +329,7 @@ fn skipped(decision: &Decision) -> String {
     text
 }
 
-fn scaling_limited(decision: &Decision) -> (bool, &'static str, String) {
+pub(super) fn scaling_limited(decision: &Decision) -> (bool, &'static str, String) {
     for reason in &decision.reasons {
         match reason {
             Reason::Zero(ZeroReason::KeptAwake { recommended, wait }) => {

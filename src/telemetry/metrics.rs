@@ -1,5 +1,6 @@
 //! The operator's own metrics: how syncs and queries go, and what each scaler decided.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -83,6 +84,24 @@ pub struct MetricLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConditionLabels {
+    pub namespace: String,
+    pub scaler: String,
+    /// Ready, ScalingActive or ScalingLimited.
+    pub condition: &'static str,
+    /// "true" or "false": the series of the condition's current status is 1, the other 0.
+    pub status: &'static str,
+}
+
+/// The conditions exposed as `llmscaler_condition`.
+pub const CONDITIONS: [&str; 3] = ["Ready", "ScalingActive", "ScalingLimited"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    pub version: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ScaleLabels {
     pub namespace: String,
     pub scaler: String,
@@ -114,6 +133,12 @@ pub struct Metrics {
     pub max_replicas: Family<ScalerLabels, Gauge>,
     /// Consecutive syncs without a usable signal (0 while the signal is fine).
     pub syncs_without_signal: Family<ScalerLabels, Gauge>,
+    /// Each metric's value at the last sync (absent while it cannot be read) and its target.
+    pub metric_value: Family<MetricLabels, Gauge<f64, AtomicU64>>,
+    pub metric_target: Family<MetricLabels, Gauge<f64, AtomicU64>>,
+    /// Ready, ScalingActive and ScalingLimited, kube-state-metrics style: 1 on the series of
+    /// the current status.
+    pub condition: Family<ConditionLabels, Gauge>,
     pub scale_events: Family<ScaleLabels, Counter>,
     /// 1 while this replica may write (always 1 without leader election).
     pub leader: Gauge,
@@ -133,6 +158,35 @@ impl Default for Metrics {
         let min_replicas = Family::<ScalerLabels, Gauge>::default();
         let max_replicas = Family::<ScalerLabels, Gauge>::default();
         let syncs_without_signal = Family::<ScalerLabels, Gauge>::default();
+        let metric_value = Family::<MetricLabels, Gauge<f64, AtomicU64>>::default();
+        let metric_target = Family::<MetricLabels, Gauge<f64, AtomicU64>>::default();
+        let condition = Family::<ConditionLabels, Gauge>::default();
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        build_info
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+            })
+            .set(1);
+        registry.register(
+            "build_info",
+            "Always 1; the version label says which build runs",
+            build_info,
+        );
+        registry.register(
+            "metric_value",
+            "Each metric's value at the last sync (absent while it cannot be read)",
+            metric_value.clone(),
+        );
+        registry.register(
+            "metric_target",
+            "Each metric's per-replica target",
+            metric_target.clone(),
+        );
+        registry.register(
+            "condition",
+            "The scaler's Ready, ScalingActive and ScalingLimited conditions: 1 on the series of the current status",
+            condition.clone(),
+        );
         let scale_events = Family::<ScaleLabels, Counter>::default();
         let leader = Gauge::default();
         registry.register(
@@ -209,6 +263,9 @@ impl Default for Metrics {
             min_replicas,
             max_replicas,
             syncs_without_signal,
+            metric_value,
+            metric_target,
+            condition,
             scale_events,
             leader,
         }
@@ -228,6 +285,20 @@ impl Metrics {
         self.query_duration.observe(took.as_secs_f64());
         if !ok {
             self.query_errors.get_or_create(&labels).inc();
+        }
+    }
+
+    /// Sets `condition` of a scaler to `ok`: its series of that status 1, the other 0.
+    pub fn set_condition(&self, namespace: &str, scaler: &str, condition: &'static str, ok: bool) {
+        for (status, on) in [("true", ok), ("false", !ok)] {
+            self.condition
+                .get_or_create(&ConditionLabels {
+                    namespace: namespace.to_owned(),
+                    scaler: scaler.to_owned(),
+                    condition,
+                    status,
+                })
+                .set(i64::from(on));
         }
     }
 
@@ -271,11 +342,24 @@ impl Metrics {
             });
         }
         for metric in metrics {
-            self.query_errors.remove(&MetricLabels {
+            let labels = MetricLabels {
                 namespace: namespace.to_owned(),
                 scaler: scaler.to_owned(),
                 metric: metric.to_owned(),
-            });
+            };
+            self.query_errors.remove(&labels);
+            self.metric_value.remove(&labels);
+            self.metric_target.remove(&labels);
+        }
+        for condition in CONDITIONS {
+            for status in ["true", "false"] {
+                self.condition.remove(&ConditionLabels {
+                    namespace: namespace.to_owned(),
+                    scaler: scaler.to_owned(),
+                    condition,
+                    status,
+                });
+            }
         }
     }
 }

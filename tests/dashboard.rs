@@ -1,0 +1,201 @@
+//! The Grafana dashboard (chart/files/dashboard.json) against the real thing: the operator binary
+//! runs against the control plane, a real Prometheus scrapes its /metrics, and every query of
+//! every panel returns data once one scaler has scaled and another has failed. The chart ships
+//! the same JSON in a ConfigMap for Grafana's sidecar.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::env::Env;
+use common::prometheus::{Exporter, Prometheus};
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_llmscaleoperator");
+
+fn dashboard() -> Value {
+    serde_json::from_str(
+        &std::fs::read_to_string(common::repo_root().join("chart/files/dashboard.json")).unwrap(),
+    )
+    .unwrap()
+}
+
+/// Every panel's queries, with the dashboard's variables filled in for namespace `ns`.
+fn queries(dashboard: &Value, ns: &str) -> Vec<(String, String)> {
+    dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|panel| {
+            let title = panel["title"].as_str().unwrap().to_owned();
+            panel["targets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(move |t| {
+                    let expr = t["expr"]
+                        .as_str()
+                        .unwrap()
+                        .replace("$namespace", ns)
+                        .replace("$scaler", ".*")
+                        .replace("$__rate_interval", "1m");
+                    (title.clone(), expr)
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn every_panel_of_the_dashboard_has_data_from_a_running_operator() {
+    let env = Env::without_prometheus("dashboard").await;
+    let exporter = Exporter::start().await;
+    exporter.set(&env.series("kv"), 2.0);
+    let health = common::free_port();
+    let operator = Command::new(BIN)
+        .args([
+            "run",
+            "--kubeconfig",
+            common::kubeconfig_path().to_str().unwrap(),
+            "--namespace",
+            &env.ns,
+            "--health-address",
+            &format!("127.0.0.1:{health}"),
+            "--extmetrics-address",
+            &format!("127.0.0.1:{}", common::free_port()),
+        ])
+        .env_remove("KUBECONFIG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _operator = common::Spawned::new(operator);
+    let prometheus = Prometheus::scraping(&[
+        exporter.addr.unwrap(),
+        format!("127.0.0.1:{health}").parse().unwrap(),
+    ])
+    .await;
+    prometheus.wait_for_value(&env.query("kv"), 2.0).await;
+
+    env.deployment("vllm", 1).await;
+    let spec = |target: &str| {
+        json!({
+            "targetRef": { "apiVersion": "apps/v1", "kind": "Deployment", "name": target },
+            "serverAddress": prometheus.url,
+            "minReplicas": 1, "maxReplicas": 3,
+            "metrics": [{ "name": "kv-cache", "query": env.query("kv"), "target": "0.8" }],
+            "scaleUp": { "policies": [] }
+        })
+    };
+    env.scaler("llama", "vllm", spec("vllm")).await;
+    // A scaler whose target is missing and one whose query is broken: the failure and query
+    // error panels have something to show.
+    env.scaler("orphan", "gone", spec("gone")).await;
+    env.deployment("other", 1).await;
+    let mut broken = spec("other");
+    broken["metrics"][0]["query"] = json!("avg(kv{");
+    env.scaler("broken", "other", broken).await;
+    env.wait_ready("vllm", 3).await;
+
+    let http = reqwest::Client::new();
+    let dashboard = dashboard();
+    let queries = queries(&dashboard, &env.ns);
+    assert!(queries.len() >= 15, "{queries:?}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let mut empty = Vec::new();
+        for (panel, expr) in &queries {
+            let body: Value = http
+                .get(format!("{}/api/v1/query", prometheus.url))
+                .query(&[("query", expr)])
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            assert_eq!(body["status"], "success", "{panel}: {expr}: {body}");
+            if body["data"]["result"].as_array().is_none_or(Vec::is_empty) {
+                empty.push(format!("{panel}: {expr}"));
+            }
+        }
+        if empty.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "panel queries without data after 90 s: {empty:#?}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+
+    // The variables' queries find this namespace and scaler.
+    for variable in dashboard["templating"]["list"].as_array().unwrap() {
+        let Some(query) = variable["query"].as_str() else {
+            continue;
+        };
+        let Some(inner) = query
+            .strip_prefix("label_values(")
+            .and_then(|q| q.strip_suffix(')'))
+        else {
+            continue;
+        };
+        let (selector, label) = inner.rsplit_once(", ").unwrap();
+        let selector = selector.replace("$namespace", &env.ns);
+        let body: Value = http
+            .get(format!("{}/api/v1/series", prometheus.url))
+            .query(&[("match[]", selector.as_str())])
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let values: Vec<&str> = body["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|s| s[label].as_str())
+            .collect();
+        let want = if label == "namespace" {
+            env.ns.as_str()
+        } else {
+            "llama"
+        };
+        assert!(values.contains(&want), "{query}: {values:?}");
+    }
+    env.done().await;
+}
+
+#[test]
+fn the_chart_ships_the_dashboard_for_the_grafana_sidecar() {
+    let out = common::helm(&[
+        "template",
+        "r",
+        "chart",
+        "--set",
+        "dashboard.enabled=true",
+        "--set",
+        "dashboard.namespace=monitoring",
+        "--show-only",
+        "templates/dashboard.yaml",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let map: Value = serde_norway::from_slice(&out.stdout).unwrap();
+    assert_eq!(map["kind"], "ConfigMap");
+    assert_eq!(map["metadata"]["namespace"], "monitoring");
+    assert_eq!(map["metadata"]["labels"]["grafana_dashboard"], "1");
+    let shipped: Value =
+        serde_json::from_str(map["data"]["llmscaleoperator.json"].as_str().unwrap()).unwrap();
+    assert_eq!(shipped, dashboard());
+    // Off by default.
+    let out = common::helm(&["template", "r", "chart"]);
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("llmscaleoperator.json"));
+}
