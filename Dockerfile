@@ -1,6 +1,6 @@
 # The operator image: a static binary on a distroless runtime, run as 65532.
 #
-#   docker build -t <registry>/llm-operator:<tag> .
+#   docker build -t <registry>/llmscaleoperator:<tag> .
 #   docker build --build-arg RUST_IMAGE=<mirror>/rust:1-bookworm \
 #                --build-arg RUNTIME_IMAGE=<mirror>/distroless/static-debian12:nonroot .
 #

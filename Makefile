@@ -33,14 +33,14 @@ crd: ## Regenerate the committed CRD manifest from the Rust types
 	cargo run --quiet --locked -- crd > $(CRD_FILE)
 	cp $(CRD_FILE) chart/files/llmscalers.yaml
 
-# make deploy IMG=<registry>/llm-operator:<tag> installs (or upgrades) the chart with that image.
+# make deploy IMG=<registry>/llmscaleoperator:<tag> installs (or upgrades) the chart with that image.
 HELM ?= $(shell command -v helm 2>/dev/null || echo target/cluster/bin/helm)
 RELEASE ?= llmscaleoperator
 NAMESPACE ?= llmscaleoperator
 HELM_FLAGS ?=
 
-deploy: ## Install the chart with IMG=<registry>/llm-operator:<tag> (RELEASE, NAMESPACE, HELM_FLAGS)
-	@test -n "$(IMG)" || { echo "usage: make deploy IMG=<registry>/llm-operator:<tag>" >&2; exit 2; }
+deploy: ## Install the chart with IMG=<registry>/llmscaleoperator:<tag> (RELEASE, NAMESPACE, HELM_FLAGS)
+	@test -n "$(IMG)" || { echo "usage: make deploy IMG=<registry>/llmscaleoperator:<tag>" >&2; exit 2; }
 	@repo="$(IMG)"; tag=""; \
 	case "$${repo##*/}" in *:*) tag="$${repo##*:}"; repo="$${repo%:*}";; esac; \
 	set -x; $(HELM) upgrade --install $(RELEASE) chart --namespace $(NAMESPACE) --create-namespace \

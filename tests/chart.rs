@@ -166,10 +166,29 @@ fn the_defaults_install_the_whole_operator() {
     assert_eq!(
         container["image"],
         format!(
-            "4pdosc/llm-operator:{}",
+            "4pdosc/llmscaleoperator:{}",
             chart["appVersion"].as_str().unwrap()
         )
     );
+    // One identity: the image the chart pulls and the one Artifact Hub lists are the chart's
+    // name at its appVersion.
+    let listed = chart["annotations"]["artifacthub.io/images"]
+        .as_str()
+        .unwrap();
+    assert!(
+        listed.contains(&format!(
+            "docker.io/4pdosc/llmscaleoperator:{}",
+            chart["appVersion"].as_str().unwrap()
+        )),
+        "artifacthub.io/images is not the appVersion's image: {listed}"
+    );
+    let labels = &deployment["metadata"]["labels"];
+    assert_eq!(labels["app.kubernetes.io/component"], "controller");
+    assert_eq!(labels["app.kubernetes.io/part-of"], "llmscaleoperator");
+    // Two replicas: spread over nodes by default, softly.
+    let spread = &pod["topologySpreadConstraints"][0];
+    assert_eq!(spread["topologyKey"], "kubernetes.io/hostname");
+    assert_eq!(spread["whenUnsatisfiable"], "ScheduleAnyway");
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
     assert_eq!(
         pod["securityContext"]["seccompProfile"]["type"],
@@ -385,7 +404,7 @@ fn each_toggle_renders_what_it_says() {
     let deployment = find(&pinned, "Deployment", "t-llmscaleoperator").unwrap();
     assert_eq!(
         deployment["spec"]["template"]["spec"]["containers"][0]["image"],
-        format!("4pdosc/llm-operator@{digest}")
+        format!("4pdosc/llmscaleoperator@{digest}")
     );
     let sa = render(&[
         "serviceAccount.create=false",
@@ -480,7 +499,7 @@ async fn helm_install_is_accepted_by_the_real_apiserver() {
     let kubeconfig = kubeconfig.to_str().unwrap();
     // As the README says: make deploy. The CRD is already there (the other tests install it):
     // the release takes it over, as an upgrade from a kubectl-applied CRD would.
-    let image = "registry.local:5000/team/llm-operator:v9.9.9";
+    let image = "registry.local:5000/team/llmscaleoperator:v9.9.9";
     let make = |target: &str| {
         Command::new("make")
             .arg(target)

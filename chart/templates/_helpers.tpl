@@ -14,6 +14,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{- define "llmscaleoperator.labels" -}}
 {{ include "llmscaleoperator.selectorLabels" . }}
+app.kubernetes.io/component: controller
+app.kubernetes.io/part-of: llmscaleoperator
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}

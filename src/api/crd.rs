@@ -43,13 +43,23 @@ mod tests {
         assert_eq!(
             columns,
             [
+                "Reference",
+                "Ready",
+                "Value",
+                "Target",
                 "MinReplicas",
                 "MaxReplicas",
-                "CurrentReplicas",
-                "DesiredReplicas",
-                "Age"
+                "Desired",
+                "Current",
+                "Age",
+                "Kind",
+                "Metric",
+                "Active",
+                "Limited",
+                "LastScale"
             ]
         );
+        assert_eq!(crd.spec.names.short_names, Some(vec!["llms".to_owned()]));
         assert!(
             version
                 .subresources
