@@ -191,7 +191,7 @@ impl OperatorProcess {
             .await
             .unwrap();
         text.lines()
-            .filter(|l| l.starts_with("llmscaler_syncs_total{"))
+            .filter(|l| l.starts_with("llmscaleoperator_syncs_total{"))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
     }

@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
@@ -14,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use llmscaleoperator::controller::{self, PreflightError, Scope, Shared};
 use llmscaleoperator::extmetrics::certs::{self, Policy, Source};
 use llmscaleoperator::extmetrics::registration::Registrar;
+use llmscaleoperator::extmetrics::review::Reviewer;
 use llmscaleoperator::extmetrics::server::{ApiState, serve, watch_request_header};
 use llmscaleoperator::leader::{self, Election, Leadership, LeaseConfig, Timing};
 use llmscaleoperator::metric_cache::MetricCache;
@@ -71,9 +73,27 @@ struct RunArgs {
     #[arg(long, env = "LLMSCALER_ALLOWED_SERVER_ADDRESS", value_delimiter = ',')]
     allowed_server_address: Vec<String>,
 
+    /// Requests in flight to one signal server (Prometheus, a decision server) at a time, from
+    /// all scalers together; the rest wait their turn. An overloaded answer (429, 503) is
+    /// retried with backoff for up to 5 s.
+    #[arg(
+        long,
+        env = "LLMSCALER_MAX_REQUESTS_PER_SERVER",
+        default_value_t = signals::gate::DEFAULT_PER_SERVER,
+        value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u16).range(1..), usize::from)
+    )]
+    max_requests_per_server: usize,
+
     /// Address for /healthz, /readyz and the operator's own /metrics.
     #[arg(long, env = "LLMSCALER_HEALTH_ADDRESS", default_value = "0.0.0.0:8081")]
     health_address: SocketAddr,
+
+    /// Serve /metrics here, over HTTPS, instead of on the health address: only to callers whose
+    /// bearer token the API server accepts (TokenReview) and who may get the non-resource URL
+    /// /metrics (SubjectAccessReview), as kube-rbac-proxy does. The probes stay open on the
+    /// health address.
+    #[arg(long, env = "LLMSCALER_METRICS_SECURE_ADDRESS", value_name = "ADDR")]
+    metrics_secure_address: Option<SocketAddr>,
 
     /// Log line format.
     #[arg(long, env = "LLMSCALER_LOG_FORMAT", value_enum, default_value = "text")]
@@ -266,6 +286,7 @@ fn run(args: RunArgs) -> Result<(), MainError> {
 
 async fn run_async(args: RunArgs) -> Result<(), MainError> {
     let allowed = signals::allow::AllowList::parse(&args.allowed_server_address)?;
+    signals::gate::configure(args.max_requests_per_server);
     let config = client_config(&args).await?;
     let url = config.cluster_url.to_string();
     let client = Client::try_from(config).map_err(MainError::Client)?;
@@ -279,13 +300,38 @@ async fn run_async(args: RunArgs) -> Result<(), MainError> {
     let health = Health::default();
     let metrics = Metrics::default();
     let listener = telemetry::bind_health(args.health_address).await?;
-    let serving =
-        telemetry::serve_health(listener, health.clone(), metrics.clone(), shutdown.clone());
+    let serving = telemetry::serve_health(
+        listener,
+        health.clone(),
+        metrics.clone(),
+        args.metrics_secure_address.is_none(),
+        shutdown.clone(),
+    );
     supervisor.spawn_service("health server", async move {
         if let Err(error) = serving.await {
             tracing::error!(%error, "health server stopped with an error");
         }
     });
+    if let Some(address) = args.metrics_secure_address {
+        let listener = std::net::TcpListener::bind(address).map_err(|source| {
+            MainError::Telemetry(TelemetryError::SecureServe {
+                addr: address,
+                source,
+            })
+        })?;
+        let serving = telemetry::serve_secure_metrics(
+            listener,
+            Arc::new(Reviewer::new(client.clone())),
+            metrics.clone(),
+            shutdown.clone(),
+        );
+        supervisor.spawn_service("authenticated metrics server", async move {
+            if let Err(error) = serving.await {
+                tracing::error!(%error, "authenticated metrics server stopped with an error");
+            }
+        });
+        tracing::info!(%address, path = telemetry::METRICS_PATH, "serving metrics to authorized callers only");
+    }
     supervisor.spawn_service("signal handler", cancel_on_signal(shutdown.clone()));
 
     tracing::info!(health = %args.health_address, "operator running");

@@ -180,7 +180,7 @@ async fn a_killed_apiserver_comes_back_and_no_action_is_lost_or_repeated() {
     )
     .await;
     common::eventually("the operator to give up leading", WAIT, || async {
-        (metric(port, "llmscaler_leader").await? == 0.0).then_some(())
+        (metric(port, "llmscaleoperator_leader").await? == 0.0).then_some(())
     })
     .await;
     assert!(
@@ -202,7 +202,7 @@ async fn a_killed_apiserver_comes_back_and_no_action_is_lost_or_repeated() {
     // What was decided meanwhile is applied once, by the same process.
     env.wait_ready("vllm", 4).await;
     common::eventually("the operator to lead again", WAIT, || async {
-        (metric(port, "llmscaler_leader").await? == 1.0).then_some(())
+        (metric(port, "llmscaleoperator_leader").await? == 1.0).then_some(())
     })
     .await;
     acted_once(&env, "from 2 to 4").await;

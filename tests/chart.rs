@@ -79,6 +79,13 @@ const TOGGLES: &[&[&str]] = &[
     &["metrics.serviceMonitor.enabled=true"],
     &["leaderElection.enabled=false", "manager.replicas=1"],
     &["networkPolicy.enabled=true"],
+    &["metrics.secure.enabled=true"],
+    &[
+        "metrics.secure.enabled=true",
+        "metrics.serviceMonitor.enabled=true",
+        "networkPolicy.enabled=true",
+        "externalMetrics.enabled=false",
+    ],
     &["rbac.secretHeaders=true"],
     &[
         "rbac.secretHeaders=true",
@@ -398,6 +405,68 @@ fn each_toggle_renders_what_it_says() {
     .unwrap();
     assert!(find(&monitored, "ServiceMonitor", "t-llmscaleoperator").is_some());
     assert!(find(&monitored, "NetworkPolicy", "t-llmscaleoperator").is_some());
+    assert!(
+        find(
+            &monitored,
+            "ClusterRole",
+            "t-llmscaleoperator-metrics-reader"
+        )
+        .is_none()
+    );
+
+    // /metrics on its own authenticated port: the flag, the ports, a ServiceMonitor that shows
+    // a token over https, the reader role to bind, and the reviews the operator needs even
+    // without the external metrics API.
+    let secure = render(&[
+        "metrics.secure.enabled=true",
+        "metrics.serviceMonitor.enabled=true",
+        "networkPolicy.enabled=true",
+        "externalMetrics.enabled=false",
+    ])
+    .unwrap();
+    assert!(
+        args(&secure).contains(&"--metrics-secure-address=0.0.0.0:8443".to_owned()),
+        "{:?}",
+        args(&secure)
+    );
+    let service = find(&secure, "Service", "t-llmscaleoperator").unwrap();
+    assert_eq!(
+        service["spec"]["ports"],
+        serde_json::json!([{ "name": "metrics-https", "port": 8443, "targetPort": "metrics-https", "protocol": "TCP" }]),
+        "the Service no longer exposes the open port"
+    );
+    let endpoint =
+        &find(&secure, "ServiceMonitor", "t-llmscaleoperator").unwrap()["spec"]["endpoints"][0];
+    assert_eq!(endpoint["port"], "metrics-https");
+    assert_eq!(endpoint["scheme"], "https");
+    assert_eq!(
+        endpoint["bearerTokenFile"],
+        "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    );
+    let policy = find(&secure, "NetworkPolicy", "t-llmscaleoperator").unwrap();
+    assert_eq!(
+        policy["spec"]["ingress"],
+        serde_json::json!([{ "ports": [{ "port": "metrics-https", "protocol": "TCP" }] }])
+    );
+    let reader = find(&secure, "ClusterRole", "t-llmscaleoperator-metrics-reader").unwrap();
+    assert_eq!(
+        reader["rules"],
+        serde_json::json!([{ "nonResourceURLs": ["/metrics"], "verbs": ["get"] }])
+    );
+    assert!(
+        find(
+            &secure,
+            "ClusterRoleBinding",
+            "t-llmscaleoperator-auth-delegator"
+        )
+        .is_some()
+    );
+    let deployment = find(&secure, "Deployment", "t-llmscaleoperator").unwrap();
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["port"],
+        "metrics",
+        "the probes stay on the open port"
+    );
 
     let digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
     let pinned = render(&[&format!("manager.image.digest={digest}")]).unwrap();
@@ -455,6 +524,15 @@ fn bad_values_are_refused_at_install_time() {
             vec!["serviceAccount.create=false"],
             "serviceAccount.name is required",
         ),
+        (
+            vec!["metrics.secure.enabled=true", "metrics.secure.port=8081"],
+            "metrics.secure.port must differ from metrics.port",
+        ),
+        (
+            vec!["metrics.secure.enabled=true", "metrics.secure.port=6443"],
+            "metrics.secure.port must differ from externalMetrics.port",
+        ),
+        (vec!["metrics.secure.port=0"], "/metrics/secure/port"),
     ] {
         let error = render(&sets).expect_err(&format!("{sets:?} must be refused"));
         assert!(error.contains(fragment), "{sets:?}: {error}");
@@ -513,6 +591,50 @@ async fn helm_install_is_accepted_by_the_real_apiserver() {
             .output()
             .unwrap()
     };
+    // Another provider (here, KEDA's metrics server) holds the external metrics API: the install
+    // says so and what to set, and creates nothing, instead of taking the API away from it.
+    let apiservices: Api<APIService> = Api::all(client.clone());
+    common::remove_apiservice(&apiservices).await;
+    let foreign: APIService = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "v1beta1.external.metrics.k8s.io" },
+        "spec": {
+            "group": "external.metrics.k8s.io", "version": "v1beta1",
+            "groupPriorityMinimum": 100, "versionPriority": 100, "insecureSkipTLSVerify": true,
+            "service": { "namespace": "keda", "name": "keda-operator-metrics-apiserver", "port": 443 }
+        }
+    }))
+    .unwrap();
+    apiservices
+        .create(&kube::api::PostParams::default(), &foreign)
+        .await
+        .unwrap();
+    let out = make("deploy");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "installed over KEDA's APIService");
+    assert!(
+        stderr.contains("served by Service keda/keda-operator-metrics-apiserver")
+            && stderr.contains("--set externalMetrics.apiService.enabled=false"),
+        "{stderr}"
+    );
+    let held = apiservices
+        .get("v1beta1.external.metrics.k8s.io")
+        .await
+        .unwrap();
+    assert_eq!(
+        held.spec.unwrap().service.unwrap().namespace.as_deref(),
+        Some("keda"),
+        "the other provider keeps the API"
+    );
+    assert!(
+        Api::<Deployment>::namespaced(client.clone(), &ns)
+            .get_opt("chart-it-llmscaleoperator")
+            .await
+            .unwrap()
+            .is_none(),
+        "a refused install creates nothing"
+    );
+    common::remove_apiservice(&apiservices).await;
+
     let out = make("deploy");
     assert!(
         out.status.success(),
@@ -563,7 +685,6 @@ async fn helm_install_is_accepted_by_the_real_apiserver() {
         .get(name)
         .await
         .unwrap();
-    let apiservices: Api<APIService> = Api::all(client.clone());
     let apiservice = apiservices
         .get("v1beta1.external.metrics.k8s.io")
         .await
@@ -697,4 +818,49 @@ fn the_plain_apiservice_manifests_match_the_chart() {
             "{file} differs from the chart: run `make manifests` and commit the result"
         );
     }
+}
+
+/// chart/README.md lists every leaf of values.yaml with its default, and nothing else: a value
+/// added, renamed or given a new default without its documentation fails here.
+#[test]
+fn the_chart_readme_lists_every_value_with_its_default() {
+    fn leaves(prefix: &str, value: &Value, out: &mut std::collections::BTreeMap<String, String>) {
+        match value.as_object() {
+            Some(map) if !map.is_empty() => {
+                for (key, child) in map {
+                    let path = if prefix.is_empty() {
+                        key.clone()
+                    } else {
+                        format!("{prefix}.{key}")
+                    };
+                    leaves(&path, child, out);
+                }
+            }
+            _ => {
+                out.insert(prefix.to_owned(), value.to_string());
+            }
+        }
+    }
+    let values: Value = common::read_yaml("chart/values.yaml");
+    let mut expected = std::collections::BTreeMap::new();
+    leaves("", &values, &mut expected);
+
+    let readme = std::fs::read_to_string(common::repo_root().join("chart/README.md")).unwrap();
+    let table = readme
+        .split_once("| value | default | |")
+        .expect("chart/README.md has the values table")
+        .1;
+    let documented: std::collections::BTreeMap<String, String> = table
+        .lines()
+        .skip(2)
+        .take_while(|line| line.starts_with('|'))
+        .map(|line| {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            (
+                cells[1].trim_matches('`').to_owned(),
+                cells[2].trim_matches('`').to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(documented, expected);
 }

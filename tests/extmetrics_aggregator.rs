@@ -374,7 +374,7 @@ async fn prometheus_queries(env: &Env) -> f64 {
 async fn operator_syncs(health: u16) -> f64 {
     sum_of(
         &format!("http://127.0.0.1:{health}/metrics"),
-        "llmscaler_syncs_total{",
+        "llmscaleoperator_syncs_total{",
         "",
     )
     .await

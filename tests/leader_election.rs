@@ -70,7 +70,7 @@ async fn holder(env: &Env) -> Option<String> {
         .filter(|h| !h.is_empty())
 }
 
-/// llmscaler_leader as a replica reports it.
+/// llmscaleoperator_leader as a replica reports it.
 async fn says_leader(replica: &Replica) -> Option<bool> {
     let text = reqwest::get(format!("http://127.0.0.1:{}/metrics", replica.metrics_port))
         .await
@@ -78,7 +78,9 @@ async fn says_leader(replica: &Replica) -> Option<bool> {
         .text()
         .await
         .ok()?;
-    let line = text.lines().find(|l| l.starts_with("llmscaler_leader "))?;
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("llmscaleoperator_leader "))?;
     Some(line.ends_with(" 1"))
 }
 

@@ -193,7 +193,7 @@ async fn missing_crd_is_a_clear_error_then_the_operator_runs_and_stops_on_ctrl_c
     .await;
     // The sync is counted just after its status is written: poll for it.
     let series = format!(
-        r#"llmscaler_syncs_total{{namespace="{ns}",scaler="llmscaler-sample",result="failed"}}"#
+        r#"llmscaleoperator_syncs_total{{namespace="{ns}",scaler="llmscaler-sample",result="failed"}}"#
     );
     common::eventually(
         "the failed sync on /metrics",

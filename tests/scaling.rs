@@ -78,7 +78,7 @@ async fn a_settled_scaler_keeps_syncing_and_does_not_rewrite_its_status() {
     let syncs = || {
         let text = operator.metrics.encode().unwrap();
         text.lines()
-            .filter(|l| l.starts_with("llmscaler_syncs_total{"))
+            .filter(|l| l.starts_with("llmscaleoperator_syncs_total{"))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum::<f64>()
     };
@@ -1117,7 +1117,7 @@ async fn a_pause_pins_or_freezes_the_target_and_removing_it_resumes() {
     let (status, reason, _) = env.condition("p", "ScalingActive").await.unwrap();
     assert_eq!((status.as_str(), reason.as_str()), ("False", "Paused"));
     assert!(operator.metrics.encode().unwrap().contains(&format!(
-        r#"llmscaler_paused{{namespace="{}",scaler="p"}} 1"#,
+        r#"llmscaleoperator_paused{{namespace="{}",scaler="p"}} 1"#,
         env.ns
     )));
 

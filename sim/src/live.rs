@@ -176,6 +176,7 @@ fn sample(fleet: &Fleet, trace: &Trace, spec: Option<f64>, desired: Option<f64>)
         spec,
         desired,
         kv,
+        slo_missed: fleet.totals().slo_violations,
     }
 }
 

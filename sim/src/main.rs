@@ -152,7 +152,7 @@ async fn run(args: Args) -> Result<(), String> {
     if let Some(path) = args.plot {
         std::fs::write(
             &path,
-            llmscaleoperator_sim::plot::svg(&report.samples, &title),
+            llmscaleoperator_sim::plot::svg(&report.samples, &title).map_err(|e| e.to_string())?,
         )
         .map_err(|e| format!("{}: {e}", path.display()))?;
         eprintln!("fleet-sim: plot written to {}", path.display());

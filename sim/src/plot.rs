@@ -1,6 +1,12 @@
-//! An SVG picture of a run: load and queue, replicas, KV-cache use, one panel each over time.
+//! The picture of a live run (`make demo`'s target/demo/run.svg), drawn with plotters' SVG
+//! backend like the lab's: three panels over one time axis — load, queue and SLO misses; the
+//! replicas (pods, spec.replicas, the scaler's desired count) with each scale event marked; and
+//! KV-cache use. Legends sit beside the panels, never on the data; the three replica lines are
+//! drawn a little apart and with their own markers so that equal counts stay distinguishable.
 
-use std::fmt::Write;
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use thiserror::Error;
 
 /// The fleet at one moment.
 #[derive(Debug, Clone, PartialEq)]
@@ -18,202 +24,463 @@ pub struct Sample {
     pub desired: Option<f64>,
     /// Mean KV-cache use of the pods, 0 to 1.
     pub kv: f64,
+    /// Requests that missed the TTFT SLO since the start of the run.
+    pub slo_missed: u64,
 }
 
-const WIDTH: f64 = 900.0;
-const PANEL: f64 = 170.0;
-const LEFT: f64 = 60.0;
-const RIGHT: f64 = 20.0;
-const TOP: f64 = 40.0;
-const GAP: f64 = 40.0;
+#[derive(Debug, Error)]
+#[error("drawing the run: {0}")]
+pub struct PlotError(String);
 
-struct Series<'a> {
-    label: &'a str,
-    color: &'a str,
-    values: Vec<(f64, f64)>,
+const WIDTH: u32 = 1100;
+const HEIGHT: u32 = 900;
+/// Width of the legend column to the right of the panels.
+const LEGEND: u32 = 190;
+const FONT: &str = "sans-serif";
+
+const LOAD: RGBColor = RGBColor(31, 119, 180);
+const QUEUED: RGBColor = RGBColor(214, 39, 40);
+const MISSED: RGBColor = RGBColor(0, 0, 0);
+const PODS: RGBColor = RGBColor(44, 160, 44);
+const SPEC: RGBColor = RGBColor(148, 103, 189);
+const DESIRED: RGBColor = RGBColor(255, 127, 14);
+const KV: RGBColor = RGBColor(140, 86, 75);
+const UP: RGBColor = RGBColor(0, 110, 0);
+const DOWN: RGBColor = RGBColor(190, 0, 0);
+
+/// How far apart (in replicas) the three replica lines are drawn, so that equal counts show as
+/// three parallel lines rather than one.
+const SPREAD: f64 = 0.08;
+
+/// A scale event: spec.replicas changed at `t`, from `from` to `to`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ScaleEvent {
+    pub t: f64,
+    pub from: f64,
+    pub to: f64,
 }
 
-/// The picture, or an empty-run note when there are no samples.
-pub fn svg(samples: &[Sample], title: &str) -> String {
-    let height = TOP + 3.0 * (PANEL + GAP);
+/// Every change of spec.replicas, in order.
+pub fn scale_events(samples: &[Sample]) -> Vec<ScaleEvent> {
+    samples
+        .windows(2)
+        .filter_map(|w| match (w[0].spec, w[1].spec) {
+            (Some(from), Some(to)) if from != to => Some(ScaleEvent {
+                t: w[1].t,
+                from,
+                to,
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// SLO misses in each sample's interval (since the previous sample), where there were any.
+pub fn misses(samples: &[Sample]) -> Vec<(f64, f64)> {
+    let mut before = 0;
+    samples
+        .iter()
+        .filter_map(|s| {
+            let new = s.slo_missed.saturating_sub(before);
+            before = s.slo_missed;
+            (new > 0).then_some((s.t, new as f64))
+        })
+        .collect()
+}
+
+/// The picture as SVG text, or a note when there are no samples.
+pub fn svg(samples: &[Sample], title: &str) -> Result<String, PlotError> {
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(
-        out,
-        r#"<text x="{LEFT}" y="24" font-size="16">{}</text>"#,
-        escape(title)
-    );
-    if samples.is_empty() {
-        let _ = writeln!(
-            out,
-            r#"<text x="{LEFT}" y="{}">no samples</text>"#,
-            TOP + 20.0
-        );
-        out.push_str("</svg>\n");
-        return out;
+    {
+        let root = SVGBackend::with_string(&mut out, (WIDTH, HEIGHT)).into_drawing_area();
+        root.fill(&WHITE).map_err(drawing)?;
+        let body = root.titled(title, (FONT, 20)).map_err(drawing)?;
+        if samples.is_empty() {
+            body.draw(&Text::new("no samples", (60, 40), (FONT, 14)))
+                .map_err(drawing)?;
+        } else {
+            draw(&body, samples)?;
+        }
+        root.present().map_err(drawing)?;
     }
-    let t_max = samples.iter().map(|s| s.t).fold(0.0, f64::max).max(1.0);
+    Ok(out)
+}
+
+fn drawing<E: std::fmt::Display>(e: E) -> PlotError {
+    PlotError(e.to_string())
+}
+
+/// One line of a panel: its legend text, colour, points and marker.
+struct Line {
+    label: String,
+    colour: RGBColor,
+    points: Vec<(f64, f64)>,
+    marker: Marker,
+}
+
+#[derive(Clone, Copy)]
+enum Marker {
+    None,
+    Circle,
+    Square,
+    Triangle,
+    Cross,
+}
+
+fn draw(area: &DrawingArea<SVGBackend<'_>, Shift>, samples: &[Sample]) -> Result<(), PlotError> {
+    let t_end = samples.iter().map(|s| s.t).fold(1.0, f64::max);
+    let (plots, legends) = area.split_horizontally(WIDTH - LEGEND);
+    let plot_rows = plots.split_evenly((3, 1));
+    let legend_rows = legends.split_evenly((3, 1));
     let pick = |f: &dyn Fn(&Sample) -> Option<f64>| -> Vec<(f64, f64)> {
         samples
             .iter()
             .filter_map(|s| f(s).map(|v| (s.t, v)))
+            .filter(|(_, v)| v.is_finite())
             .collect()
     };
-    let panels = [
-        (
-            "load (requests/s) and queue",
-            vec![
-                Series {
-                    label: "load",
-                    color: "#1f77b4",
-                    values: pick(&|s| Some(s.load)),
-                },
-                Series {
-                    label: "queued",
-                    color: "#d62728",
-                    values: pick(&|s| Some(s.queued)),
-                },
-            ],
-        ),
-        (
-            "replicas",
-            vec![
-                Series {
-                    label: "pods",
-                    color: "#2ca02c",
-                    values: pick(&|s| Some(s.pods)),
-                },
-                Series {
-                    label: "spec.replicas",
-                    color: "#9467bd",
-                    values: pick(&|s| s.spec),
-                },
-                Series {
-                    label: "desired",
-                    color: "#ff7f0e",
-                    values: pick(&|s| s.desired),
-                },
-            ],
-        ),
-        (
-            "KV-cache use (%)",
-            vec![Series {
-                label: "kv",
-                color: "#8c564b",
-                values: pick(&|s| Some(s.kv * 100.0)),
-            }],
-        ),
+    let missed = misses(samples);
+    let total_missed = samples.last().map_or(0, |s| s.slo_missed);
+
+    // Load and queue share the panel; SLO misses are marked where they happened.
+    let load_lines = vec![
+        Line {
+            label: "load (requests/s)".into(),
+            colour: LOAD,
+            points: pick(&|s| Some(s.load)),
+            marker: Marker::None,
+        },
+        Line {
+            label: "queued requests".into(),
+            colour: QUEUED,
+            points: pick(&|s| Some(s.queued)),
+            marker: Marker::None,
+        },
+        Line {
+            label: format!("SLO misses ({total_missed} in all)"),
+            colour: MISSED,
+            points: missed,
+            marker: Marker::Cross,
+        },
     ];
-    for (i, (name, series)) in panels.iter().enumerate() {
-        let y0 = TOP + i as f64 * (PANEL + GAP);
-        panel(&mut out, y0, name, series, t_max);
-    }
-    out.push_str("</svg>\n");
-    out
+    panel(
+        &plot_rows[0],
+        &legend_rows[0],
+        "requests",
+        t_end,
+        &load_lines,
+        &[],
+        false,
+    )?;
+
+    // Replicas: three lines a little apart, each with its marker; scale events as triangles.
+    let replica_lines = vec![
+        Line {
+            label: "pods Ready".into(),
+            colour: PODS,
+            points: pick(&|s| Some(s.pods - SPREAD)),
+            marker: Marker::Circle,
+        },
+        Line {
+            label: "spec.replicas".into(),
+            colour: SPEC,
+            points: pick(&|s| s.spec),
+            marker: Marker::Square,
+        },
+        Line {
+            label: "desired (status)".into(),
+            colour: DESIRED,
+            points: pick(&|s| s.desired.map(|d| d + SPREAD)),
+            marker: Marker::Triangle,
+        },
+    ];
+    panel(
+        &plot_rows[1],
+        &legend_rows[1],
+        "replicas",
+        t_end,
+        &replica_lines,
+        &scale_events(samples),
+        true,
+    )?;
+
+    let kv_lines = vec![Line {
+        label: "KV-cache use (mean %)".into(),
+        colour: KV,
+        points: pick(&|s| Some(s.kv * 100.0)),
+        marker: Marker::None,
+    }];
+    panel(
+        &plot_rows[2],
+        &legend_rows[2],
+        "KV-cache use (%)",
+        t_end,
+        &kv_lines,
+        &[],
+        false,
+    )
 }
 
-fn panel(out: &mut String, y0: f64, name: &str, series: &[Series<'_>], t_max: f64) {
-    let plot_w = WIDTH - LEFT - RIGHT;
-    let v_max = series
+/// Roughly this many markers per line, however many samples there are.
+const MARKERS_PER_LINE: usize = 40;
+
+fn panel(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    legend: &DrawingArea<SVGBackend<'_>, Shift>,
+    y_desc: &str,
+    t_end: f64,
+    lines: &[Line],
+    events: &[ScaleEvent],
+    integer_ticks: bool,
+) -> Result<(), PlotError> {
+    let top = lines
         .iter()
-        .flat_map(|s| s.values.iter().map(|(_, v)| *v))
-        .filter(|v| v.is_finite())
-        .fold(0.0, f64::max)
-        .max(1.0)
-        * 1.1;
-    let x = |t: f64| LEFT + plot_w * t / t_max;
-    let y = |v: f64| y0 + PANEL - PANEL * (v / v_max).clamp(0.0, 1.0);
-    let _ = writeln!(
-        out,
-        r##"<rect x="{LEFT}" y="{y0}" width="{plot_w}" height="{PANEL}" fill="none" stroke="#999"/>"##
-    );
-    let _ = writeln!(
-        out,
-        r#"<text x="{LEFT}" y="{}">{}</text>"#,
-        y0 - 6.0,
-        escape(name)
-    );
-    let _ = writeln!(
-        out,
-        r#"<text x="{}" y="{}" text-anchor="end">{:.0}</text>"#,
-        LEFT - 6.0,
-        y0 + 10.0,
-        v_max
-    );
-    let _ = writeln!(
-        out,
-        r#"<text x="{}" y="{}" text-anchor="end">0</text>"#,
-        LEFT - 6.0,
-        y0 + PANEL
-    );
-    let _ = writeln!(
-        out,
-        r#"<text x="{}" y="{}" text-anchor="end">{:.0} s</text>"#,
-        WIDTH - RIGHT,
-        y0 + PANEL + 14.0,
-        t_max
-    );
-    let mut legend_x = LEFT + 200.0;
-    for s in series {
-        if s.values.is_empty() {
-            continue;
+        .flat_map(|l| l.points.iter().map(|p| p.1))
+        .chain(events.iter().map(|e| e.to.max(e.from)))
+        .fold(1.0, f64::max);
+    let top = if integer_ticks {
+        top.ceil() + 1.0
+    } else {
+        top * 1.1
+    };
+    let mut chart = ChartBuilder::on(area)
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..t_end, 0.0..top)
+        .map_err(drawing)?;
+    let mut mesh = chart.configure_mesh();
+    mesh.x_desc("time (s)")
+        .y_desc(y_desc)
+        .x_labels(12)
+        .x_label_formatter(&|t| format!("{t:.0}"))
+        .label_style((FONT, 12));
+    // Replica counts are whole: one tick per count (a few hundred at most here), labelled as
+    // integers; other panels get plotters' round numbers.
+    let whole = |v: &f64| {
+        if (v - v.round()).abs() < 1e-6 {
+            format!("{v:.0}")
+        } else {
+            String::new()
         }
-        let points: Vec<String> = s
-            .values
-            .iter()
-            .filter(|(_, v)| v.is_finite())
-            .map(|(t, v)| format!("{:.1},{:.1}", x(*t), y(*v)))
-            .collect();
-        let _ = writeln!(
-            out,
-            r#"<polyline fill="none" stroke="{}" stroke-width="1.5" points="{}"/>"#,
-            s.color,
-            points.join(" ")
-        );
-        let _ = writeln!(
-            out,
-            r#"<text x="{legend_x}" y="{}" fill="{}">{}</text>"#,
-            y0 - 6.0,
-            s.color,
-            escape(s.label)
-        );
-        legend_x += 110.0;
+    };
+    let round = |v: &f64| format!("{v:.0}");
+    let tenths = |v: &f64| format!("{v:.1}");
+    if integer_ticks {
+        mesh.y_labels((top as usize + 1).min(12))
+            .y_label_formatter(&whole);
+    } else if top >= 10.0 {
+        mesh.y_label_formatter(&round);
+    } else {
+        mesh.y_label_formatter(&tenths);
     }
-}
+    mesh.draw().map_err(drawing)?;
 
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
+    for line in lines {
+        if !matches!(line.marker, Marker::Cross) {
+            chart
+                .draw_series(LineSeries::new(
+                    line.points.iter().copied(),
+                    line.colour.stroke_width(2),
+                ))
+                .map_err(drawing)?;
+        }
+        let every = (line.points.len() / MARKERS_PER_LINE).max(1);
+        let marked = line
+            .points
+            .iter()
+            .copied()
+            .enumerate()
+            .filter_map(|(i, p)| {
+                (matches!(line.marker, Marker::Cross) || i % every == 0).then_some(p)
+            });
+        let colour = line.colour;
+        match line.marker {
+            Marker::None => {}
+            Marker::Circle => {
+                chart
+                    .draw_series(marked.map(|p| Circle::new(p, 3, colour.filled())))
+                    .map_err(drawing)?;
+            }
+            Marker::Square => {
+                chart
+                    .draw_series(marked.map(|p| {
+                        EmptyElement::at(p) + Rectangle::new([(-3, -3), (3, 3)], colour.filled())
+                    }))
+                    .map_err(drawing)?;
+            }
+            Marker::Triangle => {
+                chart
+                    .draw_series(marked.map(|p| TriangleMarker::new(p, 4, colour.filled())))
+                    .map_err(drawing)?;
+            }
+            Marker::Cross => {
+                chart
+                    .draw_series(marked.map(|p| Cross::new(p, 4, colour.stroke_width(2))))
+                    .map_err(drawing)?;
+            }
+        }
+    }
+    // A scale event: a thin vertical rule and a triangle pointing the way the count went.
+    for event in events {
+        let colour = if event.to > event.from { UP } else { DOWN };
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(event.t, 0.0), (event.t, top)],
+                colour.mix(0.25).stroke_width(1),
+            )))
+            .map_err(drawing)?;
+        let tip: Vec<(i32, i32)> = if event.to > event.from {
+            vec![(-6, 5), (6, 5), (0, -6)]
+        } else {
+            vec![(-6, -5), (6, -5), (0, 6)]
+        };
+        chart
+            .draw_series(std::iter::once(
+                EmptyElement::at((event.t, event.to)) + Polygon::new(tip, colour.filled()),
+            ))
+            .map_err(drawing)?;
+    }
+
+    // The legend, in its own column: a sample of each line and its label.
+    let mut y = 30;
+    for line in lines {
+        let style = line.colour.stroke_width(2);
+        if !matches!(line.marker, Marker::Cross) {
+            legend
+                .draw(&PathElement::new(vec![(6, y + 7), (34, y + 7)], style))
+                .map_err(drawing)?;
+        }
+        let at = (20, y + 7);
+        match line.marker {
+            Marker::None => {}
+            Marker::Circle => legend
+                .draw(&Circle::new(at, 3, line.colour.filled()))
+                .map_err(drawing)?,
+            Marker::Square => legend
+                .draw(&Rectangle::new(
+                    [(at.0 - 3, at.1 - 3), (at.0 + 3, at.1 + 3)],
+                    line.colour.filled(),
+                ))
+                .map_err(drawing)?,
+            Marker::Triangle => legend
+                .draw(&TriangleMarker::new(at, 4, line.colour.filled()))
+                .map_err(drawing)?,
+            Marker::Cross => legend
+                .draw(&Cross::new(at, 4, line.colour.stroke_width(2)))
+                .map_err(drawing)?,
+        }
+        legend
+            .draw(&Text::new(line.label.clone(), (40, y), (FONT, 12)))
+            .map_err(drawing)?;
+        y += 22;
+    }
+    if !events.is_empty() {
+        for (tip, colour, label) in [
+            (
+                vec![(14, y + 12), (26, y + 12), (20, y + 1)],
+                UP,
+                "scale-up",
+            ),
+            (
+                vec![(14, y + 24), (26, y + 24), (20, y + 35)],
+                DOWN,
+                "scale-down",
+            ),
+        ] {
+            legend
+                .draw(&Polygon::new(tip.clone(), colour.filled()))
+                .map_err(drawing)?;
+            let text_y = tip[0].1 - if colour == UP { 10 } else { 0 };
+            legend
+                .draw(&Text::new(label, (40, text_y), (FONT, 12)))
+                .map_err(drawing)?;
+        }
+        y += 44;
+        let ups = events.iter().filter(|e| e.to > e.from).count();
+        legend
+            .draw(&Text::new(
+                format!("{ups} up, {} down", events.len() - ups),
+                (6, y),
+                (FONT, 12),
+            ))
+            .map_err(drawing)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_run_becomes_three_panels_of_lines() {
-        let samples: Vec<Sample> = (0..100)
-            .map(|i| Sample {
-                t: f64::from(i),
-                load: f64::from(i % 20),
-                queued: 0.0,
-                pods: f64::from(1 + i / 20),
-                spec: Some(f64::from(1 + i / 20)),
-                desired: (i > 10).then_some(f64::from(2 + i / 20)),
-                kv: 0.5,
+    fn run() -> Vec<Sample> {
+        (0u32..300)
+            .map(|i| {
+                let step = f64::from(1 + i / 60);
+                Sample {
+                    t: f64::from(i) * 2.0,
+                    load: f64::from(i % 40),
+                    queued: f64::from((i % 50).saturating_sub(40)),
+                    pods: step,
+                    spec: Some(step),
+                    desired: (i > 10).then_some(step),
+                    kv: 0.5,
+                    slo_missed: u64::from(i / 100),
+                }
             })
-            .collect();
-        let picture = svg(&samples, "burst <test>");
-        assert!(picture.starts_with("<svg"));
+            .collect()
+    }
+
+    #[test]
+    fn scale_events_are_the_changes_of_spec_replicas() {
+        let events = scale_events(&run());
+        assert_eq!(events.len(), 4);
+        assert!(events.iter().all(|e| e.to == e.from + 1.0));
+        assert_eq!(events[0].t, 120.0);
+    }
+
+    #[test]
+    fn misses_are_counted_per_interval() {
+        assert_eq!(misses(&run()), vec![(200.0, 1.0), (400.0, 1.0)]);
+    }
+
+    #[test]
+    fn a_run_becomes_three_panels_with_a_time_axis_markers_and_legends() {
+        let picture = svg(&run(), "burst <test>").unwrap();
+        assert!(picture.starts_with("<svg"), "{}", &picture[..80]);
         assert!(picture.trim_end().ends_with("</svg>"));
-        assert_eq!(picture.matches("<polyline").count(), 6);
-        assert!(picture.contains("burst &lt;test&gt;"));
+        assert!(
+            picture.contains("burst &lt;test&gt;"),
+            "the title is escaped"
+        );
+        for label in [
+            "time (s)",
+            "load (requests/s)",
+            "SLO misses (2 in all)",
+            "pods Ready",
+            "spec.replicas",
+            "desired (status)",
+            "scale-up",
+            "4 up, 0 down",
+            "KV-cache use (mean %)",
+        ] {
+            assert!(picture.contains(label), "{label} missing");
+        }
+        // Time ticks: more than the two ends of the axis.
+        let ticks = ["100", "200", "300", "400", "500"];
+        assert!(
+            ticks
+                .iter()
+                .all(|t| picture.contains(&format!(">\n{t}\n<"))),
+            "time ticks"
+        );
+        // Replica ticks are whole numbers only.
+        assert!(!picture.contains(">\n0.5\n<") && !picture.contains(">\n1.5\n<"));
+        assert!(
+            picture.contains(">\n7\n<"),
+            "a whole tick at the top of the replica axis"
+        );
         assert!(!picture.contains("NaN"));
-        assert!(svg(&[], "empty").contains("no samples"));
+        assert!(svg(&[], "empty").unwrap().contains("no samples"));
     }
 }

@@ -71,7 +71,7 @@ pub enum SyncError {
 }
 
 /// The reason of a failed sync: a condition reason and event reason as written (CamelCase), and
-/// the `reason` label of `llmscaler_sync_failures_total`.
+/// the `reason` label of `llmscaleoperator_sync_failures_total`.
 #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
 pub enum FailureReason {
     UnknownTargetKind,

@@ -277,6 +277,45 @@ fn scaler_json(name: &str, server: &str, extra: Value) -> Value {
     })
 }
 
+/// The action requeues the scaler keyed `uid` on its grid of `period_s` seconds: between half
+/// and one and a half periods away, at its phase (within the time the test itself took).
+fn assert_on_grid(action: &Action, uid: &str, period_s: u64) {
+    use std::time::{Duration, SystemTime};
+    let period = Duration::from_secs(period_s);
+    let debug = format!("{action:?}");
+    // Action keeps its delay private; its Debug form is `Action { requeue_after: Some(12.3s) }`.
+    let wait = debug
+        .split("Some(")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .and_then(|d| {
+            if let Some(ms) = d.strip_suffix("ms") {
+                ms.parse::<f64>().ok().map(|v| v / 1000.0)
+            } else {
+                d.strip_suffix('s')?.parse::<f64>().ok()
+            }
+        })
+        .map(Duration::from_secs_f64)
+        .unwrap_or_else(|| panic!("no requeue in {debug}"));
+    assert!(
+        wait >= period / 2 && wait <= period + period / 2,
+        "{debug} for a period of {period:?}"
+    );
+    let at = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        + wait;
+    let offset = at.as_millis() % period.as_millis();
+    let phase = super::schedule::phase(uid, period).as_millis();
+    let apart = offset
+        .abs_diff(phase)
+        .min(period.as_millis() - offset.abs_diff(phase));
+    assert!(
+        apart < 2_000,
+        "{debug}: at offset {offset} ms, its phase is {phase} ms"
+    );
+}
+
 /// A Prometheus that answers every query with one series of value `value`.
 async fn prometheus(value: f64) -> String {
     let reply = json!({ "status": "success", "data": { "resultType": "vector",
@@ -368,7 +407,7 @@ async fn a_hot_metric_scales_up_and_every_writer_output_says_so() {
     let h = Harness::leader(FakeApi::default().with_deployment("vllm", 2));
     let action = h.sync(&scaler_json("s", &server, json!({}))).await;
 
-    assert_eq!(action, Action::requeue(std::time::Duration::from_secs(15)));
+    assert_on_grid(&action, "uid-s", 15);
     assert_eq!(h.api.scale_writes("vllm"), vec![6], "2 ready × 3 / 1");
     let status = h.api.status().expect("a status written");
     assert_eq!(status["desiredReplicas"], 6);
@@ -382,8 +421,9 @@ async fn a_hot_metric_scales_up_and_every_writer_output_says_so() {
     );
     assert_eq!(h.cached("s").expect("cached").desired_replicas, 6);
     assert!(
-        h.exposition()
-            .contains(r#"llmscaler_syncs_total{namespace="ns",scaler="s",result="scaled"} 1"#)
+        h.exposition().contains(
+            r#"llmscaleoperator_syncs_total{namespace="ns",scaler="s",result="scaled"} 1"#
+        )
     );
 }
 
@@ -431,11 +471,8 @@ async fn each_failure_is_its_reason_in_the_condition_the_event_and_the_metric() 
             .unwrap_or_default()
             .to_owned();
         let action = h.sync(&scaler).await;
-        assert_eq!(
-            action,
-            Action::requeue(std::time::Duration::from_secs(10)),
-            "{name}: retried after retryPeriodSeconds"
-        );
+        // Retried on the grid of retryPeriodSeconds.
+        assert_on_grid(&action, &format!("uid-{name}"), 10);
         let status = h.api.status().expect("a status written");
         let (ok, got, message) = condition(&status, "Ready");
         assert_eq!((ok.as_str(), got.as_str()), ("False", reason), "{name}");
@@ -453,7 +490,7 @@ async fn each_failure_is_its_reason_in_the_condition_the_event_and_the_metric() 
         );
         assert!(h.cached(&name).is_none(), "{name}: nothing served");
         let expected = format!(
-            r#"llmscaler_sync_failures_total{{namespace="ns",scaler="{name}",reason="{reason}"}} 1"#
+            r#"llmscaleoperator_sync_failures_total{{namespace="ns",scaler="{name}",reason="{reason}"}} 1"#
         );
         assert!(h.exposition().contains(&expected), "{name}: {expected}");
     }
@@ -618,7 +655,7 @@ async fn a_pin_is_written_a_freeze_writes_nothing_and_a_bad_pause_changes_nothin
     );
     assert!(
         h.exposition()
-            .contains(r#"llmscaler_paused{namespace="ns",scaler="pinned"} 1"#)
+            .contains(r#"llmscaleoperator_paused{namespace="ns",scaler="pinned"} 1"#)
     );
 
     // Frozen: where it is, whatever the signal.
@@ -667,7 +704,7 @@ async fn a_pin_is_written_a_freeze_writes_nothing_and_a_bad_pause_changes_nothin
     assert_eq!(h.api.scale_writes("vllm"), vec![6]);
     assert!(
         h.exposition()
-            .contains(r#"llmscaler_paused{namespace="ns",scaler="free"} 0"#)
+            .contains(r#"llmscaleoperator_paused{namespace="ns",scaler="free"} 0"#)
     );
 }
 

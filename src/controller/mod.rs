@@ -10,6 +10,7 @@ pub mod headers;
 mod preflight;
 mod reconcile;
 pub mod scale;
+pub mod schedule;
 pub mod secrets;
 pub mod server_access;
 mod startup;

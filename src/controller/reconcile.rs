@@ -24,7 +24,7 @@ use super::events::{self, Note};
 use super::server_access::{self, ServerAccess};
 use super::status::{self, Outcome, Scaler};
 use super::watched_target::WatchedTarget;
-use super::{Context, scale, startup, victims, watched_target};
+use super::{Context, scale, schedule, startup, victims, watched_target};
 use crate::api::validation::parse_target;
 use crate::api::{LLMScaler, LLMScalerStatus, MetricProvider, StartupStatus};
 use crate::metric_cache::{CachedMetric, ScalerKey, ScalerSnapshot};
@@ -87,7 +87,7 @@ async fn sync(scaler: Arc<LLMScaler>, ctx: Arc<Context>) -> Result<Action, Recon
         Ok(_) => scaler.spec.sync_period_seconds,
         Err(_) => scaler.spec.retry_period_seconds,
     };
-    Ok(Action::requeue(requeue_after(period)))
+    Ok(Action::requeue(next_sync(&scaler, period)))
 }
 
 /// What the observe step read and decided.
@@ -786,7 +786,24 @@ fn count(
 
 pub fn error_policy(scaler: Arc<LLMScaler>, error: &ReconcileError, _ctx: Arc<Context>) -> Action {
     tracing::warn!(scaler = %scaler.name_any(), %error, "sync failed, retrying");
-    Action::requeue(requeue_after(scaler.spec.retry_period_seconds))
+    Action::requeue(next_sync(&scaler, scaler.spec.retry_period_seconds))
+}
+
+/// The delay to the scaler's next slot on its grid of `period_seconds` (see [`schedule`]): its
+/// uid sets the phase, so scalers created together still query at different instants.
+fn next_sync(scaler: &LLMScaler, period_seconds: i32) -> Duration {
+    let key = scaler.metadata.uid.clone().unwrap_or_else(|| {
+        format!(
+            "{}/{}",
+            scaler.namespace().unwrap_or_default(),
+            scaler.name_any()
+        )
+    });
+    schedule::next_sync(
+        &key,
+        requeue_after(period_seconds),
+        std::time::SystemTime::now(),
+    )
 }
 
 /// A period from the spec; admission guarantees >= 1, but an object stored before that rule must

@@ -7,6 +7,8 @@ use std::time::Duration;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use thiserror::Error;
 
+use super::gate;
+
 /// Largest response body read from a signal source. A PromQL result for one aggregated series is
 /// a few hundred bytes; anything near this is a query that forgot to aggregate.
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
@@ -29,6 +31,10 @@ pub enum HttpError {
     Timeout { url: String },
     #[error("response from {url} is larger than {limit} bytes")]
     TooLarge { url: String, limit: usize },
+    #[error(
+        "no request to {url} could start: the {limit} allowed in flight to that server did not finish in time"
+    )]
+    Saturated { url: String, limit: usize },
 }
 
 /// Builds the process-wide client. Redirects are not followed: a signal source that redirects
@@ -89,11 +95,64 @@ pub fn redact(text: &str, headers: &HeaderMap) -> String {
     out
 }
 
-/// Sends `request` and reads at most [`MAX_BODY_BYTES`] of the answer.
+/// Sends `request` and reads at most [`MAX_BODY_BYTES`] of the answer, within the process's
+/// bound on requests in flight to that server, retrying an overloaded answer (429, 503) within
+/// [`gate::RETRY_BUDGET`] (see [`gate`]).
 pub async fn send(
     request: reqwest::RequestBuilder,
     url: &str,
 ) -> Result<(reqwest::StatusCode, Vec<u8>), HttpError> {
+    send_within(request, url, gate::RETRY_BUDGET).await
+}
+
+/// [`send`] with another retry budget.
+pub async fn send_within(
+    request: reqwest::RequestBuilder,
+    url: &str,
+    budget: Duration,
+) -> Result<(reqwest::StatusCode, Vec<u8>), HttpError> {
+    let started = std::time::Instant::now();
+    let origin = gate::origin(url);
+    let mut attempt = 0;
+    let mut next = Some(request);
+    while let Some(request) = next.take() {
+        // A request that cannot be copied (a streamed body) is sent once.
+        let again = request.try_clone();
+        let Some(permit) = gate::enter(&origin, REQUEST_TIMEOUT).await else {
+            return Err(HttpError::Saturated {
+                url: url.to_owned(),
+                limit: gate::per_server(),
+            });
+        };
+        let (status, retry_after, body) = send_once(request, url).await?;
+        drop(permit);
+        if !gate::overloaded(status.as_u16()) {
+            return Ok((status, body));
+        }
+        let remaining = budget.saturating_sub(started.elapsed());
+        match (
+            again,
+            gate::backoff(attempt, retry_after, remaining, fastrand::f64()),
+        ) {
+            (Some(again), Some(wait)) => {
+                tracing::debug!(%url, status = status.as_u16(), attempt, wait_ms = wait.as_millis(), "server overloaded; retrying");
+                tokio::time::sleep(wait).await;
+                attempt += 1;
+                next = Some(again);
+            }
+            _ => return Ok((status, body)),
+        }
+    }
+    Err(HttpError::Transport {
+        url: url.to_owned(),
+        reason: "no request to send".to_owned(),
+    })
+}
+
+async fn send_once(
+    request: reqwest::RequestBuilder,
+    url: &str,
+) -> Result<(reqwest::StatusCode, Option<Duration>, Vec<u8>), HttpError> {
     let transport = |e: reqwest::Error| {
         if e.is_timeout() {
             HttpError::Timeout {
@@ -108,6 +167,7 @@ pub async fn send(
     };
     let mut response = request.send().await.map_err(transport)?;
     let status = response.status();
+    let retry_after = gate::retry_after(response.headers().get(reqwest::header::RETRY_AFTER));
     if response
         .content_length()
         .is_some_and(|n| n > MAX_BODY_BYTES as u64)
@@ -127,7 +187,7 @@ pub async fn send(
         }
         body.extend_from_slice(&chunk);
     }
-    Ok((status, body))
+    Ok((status, retry_after, body))
 }
 
 /// reqwest's Display stops at "error sending request"; the cause (connection refused, DNS) is
@@ -167,7 +227,11 @@ mod redact_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::StatusCode;
+    use axum::response::IntoResponse;
     use axum::{Router, routing::get};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// A real HTTP server on loopback with a huge answer and one that never comes.
     async fn server() -> String {
@@ -244,6 +308,100 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("\"bad header\"")
+        );
+    }
+
+    /// A server that is overloaded for its first `busy` answers, then answers "fine"; and
+    /// one that holds each request 100 ms, counting how many it holds at once.
+    async fn loaded_server(busy: usize) -> (String, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+        let seen = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let now = Arc::new(AtomicUsize::new(0));
+        let (seen2, most2) = (seen.clone(), most.clone());
+        let app = Router::new()
+            .route(
+                "/busy",
+                get(move || {
+                    let n = seen2.fetch_add(1, Ordering::SeqCst);
+                    async move {
+                        if n < busy {
+                            (StatusCode::SERVICE_UNAVAILABLE, "too many queries").into_response()
+                        } else {
+                            "fine".into_response()
+                        }
+                    }
+                }),
+            )
+            .route(
+                "/held",
+                get(move || {
+                    let (now, most) = (now.clone(), most2.clone());
+                    async move {
+                        let inside = now.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(inside, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        now.fetch_sub(1, Ordering::SeqCst);
+                        "held"
+                    }
+                }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (format!("http://{addr}"), seen, most)
+    }
+
+    #[tokio::test]
+    async fn overloaded_answers_are_retried_within_the_budget() {
+        crate::tls::install_crypto_provider().unwrap();
+        let client = client().unwrap();
+        let (base, seen, _) = loaded_server(2).await;
+        let url = format!("{base}/busy");
+        let (status, body) = send(client.get(&url), &url).await.unwrap();
+        assert_eq!(
+            (status.as_u16(), body.as_slice()),
+            (200, b"fine".as_slice())
+        );
+        assert_eq!(seen.load(Ordering::SeqCst), 3, "two 503s, then the answer");
+
+        // Overloaded for good: the last answer is reported once the budget is spent.
+        let (base, seen, _) = loaded_server(usize::MAX).await;
+        let url = format!("{base}/busy");
+        let started = std::time::Instant::now();
+        let (status, _) = send_within(client.get(&url), &url, Duration::from_millis(700))
+            .await
+            .unwrap();
+        assert_eq!(status.as_u16(), 503);
+        assert!(seen.load(Ordering::SeqCst) >= 2, "retried at least once");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn requests_in_flight_to_one_server_are_bounded() {
+        crate::tls::install_crypto_provider().unwrap();
+        let client = client().unwrap();
+        let (base, _, most) = loaded_server(0).await;
+        let url = format!("{base}/held");
+        let all = (0..40).map(|_| {
+            let request = client.get(&url);
+            let url = url.clone();
+            async move { send(request, &url).await }
+        });
+        let answers = futures::future::join_all(all).await;
+        assert!(
+            answers
+                .iter()
+                .all(|a| a.as_ref().is_ok_and(|(s, _)| s.as_u16() == 200))
+        );
+        let most = most.load(Ordering::SeqCst);
+        assert!(
+            most <= gate::per_server() && most >= 2,
+            "at most {} at once, saw {most}",
+            gate::per_server()
         );
     }
 }

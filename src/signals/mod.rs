@@ -2,5 +2,6 @@
 
 pub mod allow;
 pub mod decision_server;
+pub mod gate;
 pub mod http;
 pub mod prometheus;

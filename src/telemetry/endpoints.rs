@@ -1,4 +1,5 @@
-//! /healthz, /readyz and /metrics on one listener.
+//! /healthz, /readyz and (unless it is served on its own authenticated port) /metrics on one
+//! listener.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -42,18 +43,24 @@ pub async fn bind_health(addr: SocketAddr) -> Result<tokio::net::TcpListener, Te
         .map_err(|source| TelemetryError::Bind { addr, source })
 }
 
-/// Serves the probes and /metrics until `shutdown` fires.
+/// Serves the probes, and /metrics when `with_metrics`, until `shutdown` fires.
 pub async fn serve_health(
     listener: tokio::net::TcpListener,
     health: Health,
     metrics: Metrics,
+    with_metrics: bool,
     shutdown: CancellationToken,
 ) -> Result<(), TelemetryError> {
-    let app = Router::new()
+    let mut app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics_text))
-        .with_state(AppState { health, metrics });
+        .route("/readyz", get(readyz));
+    if with_metrics {
+        app = app.route(
+            "/metrics",
+            get(|State(state): State<AppState>| async move { metrics_text(&state.metrics) }),
+        );
+    }
+    let app = app.with_state(AppState { health, metrics });
     axum::serve(listener, app)
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await
@@ -68,8 +75,9 @@ async fn readyz(State(state): State<AppState>) -> (StatusCode, &'static str) {
     }
 }
 
-async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
-    match state.metrics.encode() {
+/// The OpenMetrics exposition, or 500 if it cannot be encoded.
+pub(super) fn metrics_text(metrics: &Metrics) -> axum::response::Response {
+    match metrics.encode() {
         Ok(body) => (
             StatusCode::OK,
             [(

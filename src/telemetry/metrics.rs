@@ -28,7 +28,7 @@ pub struct SyncLabels {
     pub result: SyncResult,
 }
 
-/// How a sync ended, the `result` label of `llmscaler_syncs_total`.
+/// How a sync ended, the `result` label of `llmscaleoperator_syncs_total`.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum SyncResult {
     /// spec.replicas was written.
@@ -93,7 +93,7 @@ pub struct ConditionLabels {
     pub status: &'static str,
 }
 
-/// The conditions exposed as `llmscaler_condition`.
+/// The conditions exposed as `llmscaleoperator_condition`.
 pub const CONDITIONS: [&str; 3] = ["Ready", "ScalingActive", "ScalingLimited"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -146,7 +146,7 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("llmscaler");
+        let mut registry = Registry::with_prefix("llmscaleoperator");
         let syncs = Family::<SyncLabels, Counter>::default();
         let sync_failures = Family::<FailureLabels, Counter>::default();
         let sync_duration = duration_histogram();
@@ -392,16 +392,18 @@ mod tests {
             .inc();
         let text = m.encode().unwrap();
         assert!(
-            text.contains(r#"llmscaler_desired_replicas{namespace="ns",scaler="s"} 4"#),
-            "{text}"
-        );
-        assert!(
-            text.contains(r#"llmscaler_syncs_total{namespace="ns",scaler="s",result="scaled"} 1"#),
+            text.contains(r#"llmscaleoperator_desired_replicas{namespace="ns",scaler="s"} 4"#),
             "{text}"
         );
         assert!(
             text.contains(
-                r#"llmscaler_sync_failures_total{namespace="ns",scaler="s",reason="TargetNotFound"} 1"#
+                r#"llmscaleoperator_syncs_total{namespace="ns",scaler="s",result="scaled"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"llmscaleoperator_sync_failures_total{namespace="ns",scaler="s",reason="TargetNotFound"} 1"#
             ),
             "{text}"
         );
@@ -416,15 +418,101 @@ mod tests {
         );
         assert!(text_has(
             &m,
-            r#"llmscaler_query_errors_total{namespace="ns",scaler="s",metric="kv"} 1"#
+            r#"llmscaleoperator_query_errors_total{namespace="ns",scaler="s",metric="kv"} 1"#
         ));
-        assert!(text_has(&m, "llmscaler_query_duration_seconds_count 1"));
+        assert!(text_has(
+            &m,
+            "llmscaleoperator_query_duration_seconds_count 1"
+        ));
         m.forget("ns", "s", ["kv"]);
         let text = m.encode().unwrap();
         assert!(
             !text.contains(r#"scaler="s""#),
             "every series of s is gone: {text}"
         );
+    }
+
+    /// The README's metrics table names exactly the families the operator exposes, under the
+    /// operator's own prefix: a metric added or renamed without its documentation fails here.
+    #[test]
+    fn readme_documents_every_metric() {
+        // A family without a series has no TYPE line: give each one.
+        let m = Metrics::default();
+        let scaler = ScalerLabels {
+            namespace: "ns".into(),
+            scaler: "s".into(),
+        };
+        let metric = MetricLabels {
+            namespace: "ns".into(),
+            scaler: "s".into(),
+            metric: "kv".into(),
+        };
+        for gauge in [
+            &m.desired_replicas,
+            &m.current_replicas,
+            &m.paused,
+            &m.min_replicas,
+            &m.max_replicas,
+            &m.syncs_without_signal,
+        ] {
+            gauge.get_or_create(&scaler).set(1);
+        }
+        m.metric_value.get_or_create(&metric).set(0.5);
+        m.metric_target.get_or_create(&metric).set(0.8);
+        m.observe_query(metric, Duration::from_millis(1), false);
+        m.set_condition("ns", "s", "Ready", true);
+        m.syncs
+            .get_or_create(&SyncLabels {
+                namespace: "ns".into(),
+                scaler: "s".into(),
+                result: SyncResult::Scaled,
+            })
+            .inc();
+        m.sync_failures
+            .get_or_create(&FailureLabels {
+                namespace: "ns".into(),
+                scaler: "s".into(),
+                reason: FailureReason::TargetNotFound,
+            })
+            .inc();
+        m.scale_events
+            .get_or_create(&ScaleLabels {
+                namespace: "ns".into(),
+                scaler: "s".into(),
+                direction: "up".into(),
+            })
+            .inc();
+        let text = m.encode().unwrap();
+        let exposed: std::collections::BTreeSet<String> = text
+            .lines()
+            .filter_map(|line| line.strip_prefix("# TYPE "))
+            .filter_map(|rest| {
+                let (name, kind) = rest.split_once(' ')?;
+                // A counter's family is named without the `_total` its samples carry.
+                Some(match kind {
+                    "counter" => format!("{name}_total"),
+                    _ => name.to_owned(),
+                })
+            })
+            .collect();
+        assert!(
+            exposed.iter().all(|n| n.starts_with("llmscaleoperator_")),
+            "{exposed:?}"
+        );
+        let readme = include_str!("../../README.md");
+        let start = readme
+            .find("| `llmscaleoperator_")
+            .expect("the README has the metrics table");
+        let documented: std::collections::BTreeSet<String> = readme[start..]
+            .lines()
+            .take_while(|line| line.starts_with('|'))
+            .filter_map(|line| line.split('|').nth(1))
+            .flat_map(|cell| {
+                cell.split(',')
+                    .map(|n| n.trim().trim_matches('`').to_owned())
+            })
+            .collect();
+        assert_eq!(documented, exposed);
     }
 
     fn text_has(m: &Metrics, line: &str) -> bool {

@@ -4,9 +4,11 @@
 mod endpoints;
 mod logging;
 pub mod metrics;
+mod secure_metrics;
 
 pub use endpoints::{Health, bind_health, serve_health};
 pub use logging::{LogFormat, init_logging};
+pub use secure_metrics::{METRICS_PATH, serve_secure_metrics};
 
 use thiserror::Error;
 
@@ -28,4 +30,12 @@ pub enum TelemetryError {
     },
     #[error("health server failed: {0}")]
     Serve(#[source] std::io::Error),
+    #[error("cannot serve the authenticated metrics on {addr}: {source}")]
+    SecureServe {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot make the metrics port's certificate: {0}")]
+    Certificate(String),
 }

@@ -65,6 +65,15 @@ async fn render(State(series): State<Arc<Mutex<BTreeMap<String, String>>>>) -> S
     out
 }
 
+/// One plain-HTTP job named `test` scraping `targets`.
+fn static_job(targets: &[std::net::SocketAddr]) -> String {
+    let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
+    format!(
+        "  - job_name: test\n    static_configs:\n      - targets: [{}]\n",
+        targets.join(", ")
+    )
+}
+
 /// A Prometheus server on a free loopback port, stopped when dropped.
 pub struct Prometheus {
     child: Child,
@@ -83,20 +92,27 @@ impl Prometheus {
 
     /// Starts Prometheus scraping `targets` every second and waits until it is ready.
     pub async fn scraping(targets: &[std::net::SocketAddr]) -> Self {
-        Self::launch(targets, None).await
+        Self::launch(&static_job(targets), None).await
+    }
+
+    /// Starts Prometheus with these `scrape_configs` entries (YAML list items, indented by
+    /// two spaces), scraping every second.
+    pub async fn with_scrape_configs(scrape_configs: &str) -> Self {
+        Self::launch(scrape_configs, None).await
     }
 
     /// Starts Prometheus scraping `exporter` behind `web_config` (the `--web.config.file`
     /// contents: TLS, client certificates, basic auth), reached by the tests through `http` at
     /// https://localhost.
     pub async fn secured(exporter: &Exporter, web_config: &str, http: reqwest::Client) -> Self {
-        Self::launch(&[exporter.addr.unwrap()], Some((web_config, http))).await
+        Self::launch(
+            &static_job(&[exporter.addr.unwrap()]),
+            Some((web_config, http)),
+        )
+        .await
     }
 
-    async fn launch(
-        targets: &[std::net::SocketAddr],
-        web: Option<(&str, reqwest::Client)>,
-    ) -> Self {
+    async fn launch(scrape_configs: &str, web: Option<(&str, reqwest::Client)>) -> Self {
         let binary = which_prometheus();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -106,10 +122,8 @@ impl Prometheus {
         let dir =
             std::env::temp_dir().join(format!("llmscaler-prom-{}-{port}", std::process::id()));
         std::fs::create_dir_all(dir.join("data")).unwrap();
-        let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
         let config = format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: test\n    static_configs:\n      - targets: [{}]\n",
-            targets.join(", ")
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n{scrape_configs}"
         );
         std::fs::write(dir.join("prometheus.yml"), config).unwrap();
         let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
