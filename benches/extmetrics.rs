@@ -335,19 +335,12 @@ async fn client() {
 /// Registers the API with the local control plane's aggregator and reads one metric through
 /// kube-apiserver as its admin; unregisters afterwards.
 async fn through_the_aggregator(pid: u32, hello: &Hello) -> Run {
-    use k8s_openapi::api::core::v1::{Namespace, Service};
+    use k8s_openapi::api::core::v1::Service;
     use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
     use kube::api::{Api, DeleteParams, PostParams};
 
     let client = cluster_client().await;
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let _ = namespaces
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(serde_json::json!({ "metadata": { "name": BENCH_NAMESPACE } }))
-                .unwrap(),
-        )
-        .await;
+    support::ensure_namespace(&client, BENCH_NAMESPACE).await;
     let services: Api<Service> = Api::namespaced(client.clone(), BENCH_NAMESPACE);
     let _ = services.delete(SERVICE, &DeleteParams::default()).await;
     let service: Service = serde_json::from_value(serde_json::json!({
@@ -369,9 +362,10 @@ async fn through_the_aggregator(pid: u32, hello: &Hello) -> Run {
     };
     match register(&client, &target).await.unwrap() {
         Registration::Registered => {}
-        Registration::HeldByAnother { holder, .. } => {
-            panic!("{APISERVICE} belongs to {holder}; the bench leaves it alone")
-        }
+        Registration::HeldByAnother { holder, .. } => support::give_up(&format!(
+            "{APISERVICE} belongs to {holder}; the bench leaves it alone (delete it, or run \
+             `make bench` on a fresh control plane)"
+        )),
     }
 
     // The admin of the local control plane, by client certificate (tests/cluster/up.sh makes
@@ -425,11 +419,11 @@ async fn through_the_aggregator(pid: u32, hello: &Hello) -> Run {
     }
     let run = load(pid, ONE_METRIC, &mut senders, &[]).await;
     drop(senders);
+    // The namespace stays for the next run (see support::ensure_namespace); what this run
+    // made in it goes.
     let _ = apiservices
         .delete(APISERVICE, &DeleteParams::default())
         .await;
-    let _ = namespaces
-        .delete(BENCH_NAMESPACE, &DeleteParams::default())
-        .await;
+    let _ = services.delete(SERVICE, &DeleteParams::default()).await;
     run
 }

@@ -31,10 +31,10 @@ use axum::extract::State;
 use axum::routing::get;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use llmscaleoperator::api::LLMScaler;
 use serde_json::json;
+use support::prometheus::{Exporter, Prometheus, QueryCounts, Sampler};
 use support::{cluster_client, cpu_time, kubeconfig_path, memory_kib};
 
 const COST_NAMESPACE: &str = "llmscaler-cost";
@@ -46,6 +46,10 @@ const SYNC_PERIOD: Duration = Duration::from_secs(15);
 const REACTION_PERIOD_SECONDS: u64 = 2;
 const STEPS: usize = 50;
 const CREATE_CONCURRENCY: usize = 32;
+/// Sizes at which the load on Prometheus is measured around a restart.
+const BURST_SIZES: [usize; 2] = [1_000, 5_000];
+/// How long a restart is watched: two sync periods and the start-up.
+const RESTART_WINDOW: Duration = Duration::from_secs(35);
 /// The resources the operator reads or writes. Leases are left out: the operator runs without
 /// leader election here, and kube-apiserver renews leases of its own every few seconds.
 const OPERATOR_RESOURCES: [&str; 6] = [
@@ -69,17 +73,24 @@ fn main() {
 async fn run() {
     let profile =
         std::fs::read_to_string(kubeconfig_path().with_file_name("profile")).unwrap_or_default();
-    assert!(
-        profile.trim() != "full",
-        "the operator benchmark needs the minimal control plane (no kube-controller-manager \
-         writing Deployments): run `make cluster-down` first, then `make bench`"
-    );
+    if profile.trim() == "full" {
+        support::give_up(
+            "the operator benchmark needs the minimal control plane (no kube-controller-manager \
+             writing Deployments): run `make cluster-down` first, then `make bench`",
+        );
+    }
     let client = cluster_client().await;
     install_crd(&client).await;
 
-    let cost_prometheus = StandIn::start(1.0).await;
+    // The cost scalers query a real Prometheus (its defaults: 20 queries at once), which also
+    // says how many queries it answered and turned away.
+    let exporter = Exporter::start(SIZES[SIZES.len() - 1], 1.0).await;
+    let cost_prometheus = Prometheus::scraping(exporter.addr).await;
+    cost_prometheus
+        .wait_for_series("vllm:kv_cache_usage_perc", SIZES[SIZES.len() - 1])
+        .await;
     let reaction_prometheus = StandIn::start(1.0).await;
-    let operator = OperatorProcess::start().await;
+    let mut operator = OperatorProcess::start().await;
     println!(
         "operator pid {} (log: {})",
         operator.pid(),
@@ -91,6 +102,7 @@ async fn run() {
     clear(&client, REACTION_NAMESPACE).await;
 
     let mut rows = Vec::new();
+    let mut bursts = Vec::new();
     let mut created = 0;
     fresh_namespace(&client, COST_NAMESPACE).await;
     for size in SIZES {
@@ -110,10 +122,22 @@ async fn run() {
         let row = Row::between(size, &before, &after, &operator);
         println!("{}", row.line());
         rows.push(row);
+        if BURST_SIZES.contains(&size) {
+            // The operator stops; what it did before syncs were spread and bounded is replayed;
+            // then it starts again with every scaler to sync, as after an upgrade.
+            drop(operator);
+            let aligned = aligned_bursts(&cost_prometheus, size).await;
+            println!("{}", aligned.line());
+            let (restarted, spread) = restart(&client, &cost_prometheus, size).await;
+            operator = restarted;
+            println!("{}", spread.line());
+            bursts.push(aligned);
+            bursts.push(spread);
+        }
     }
     clear(&client, COST_NAMESPACE).await;
 
-    let report = report(&rows, &reaction);
+    let report = report(&rows, &bursts, &reaction);
     println!("\n{report}");
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench");
     std::fs::create_dir_all(&dir).unwrap();
@@ -181,6 +205,11 @@ impl OperatorProcess {
 
     /// Syncs so far, all scalers and results together.
     async fn syncs(&self) -> f64 {
+        self.sum("llmscaleoperator_syncs_total{", "").await
+    }
+
+    /// The sum of the series starting with `prefix` whose labels contain `with`.
+    async fn sum(&self, prefix: &str, with: &str) -> f64 {
         let text = self
             .http
             .get(&self.metrics_url)
@@ -191,7 +220,7 @@ impl OperatorProcess {
             .await
             .unwrap();
         text.lines()
-            .filter(|l| l.starts_with("llmscaleoperator_syncs_total{"))
+            .filter(|l| l.starts_with(prefix) && l.contains(with))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
     }
@@ -206,24 +235,22 @@ impl Drop for OperatorProcess {
 
 // ---------------------------------------------------------------- Prometheus stand-in
 
-/// Answers every instant query with one sample of a settable value, and counts the queries.
+/// Answers every instant query at once with one sample of a settable value: the reaction is the
+/// operator's own delay, not a Prometheus's.
 struct StandIn {
     url: String,
     value: Arc<AtomicU64>,
-    queries: Arc<AtomicU64>,
 }
 
 #[derive(Clone)]
 struct StandInState {
     value: Arc<AtomicU64>,
-    queries: Arc<AtomicU64>,
 }
 
 impl StandIn {
     async fn start(value: f64) -> Self {
         let state = StandInState {
             value: Arc::new(AtomicU64::new(value.to_bits())),
-            queries: Arc::new(AtomicU64::new(0)),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -234,21 +261,15 @@ impl StandIn {
         Self {
             url,
             value: state.value,
-            queries: state.queries,
         }
     }
 
     fn set(&self, value: f64) {
         self.value.store(value.to_bits(), Ordering::SeqCst);
     }
-
-    fn queries(&self) -> u64 {
-        self.queries.load(Ordering::SeqCst)
-    }
 }
 
 async fn answer(State(state): State<StandInState>) -> impl axum::response::IntoResponse {
-    state.queries.fetch_add(1, Ordering::SeqCst);
     let value = f64::from_bits(state.value.load(Ordering::SeqCst));
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -299,13 +320,8 @@ async fn install_crd(client: &kube::Client) {
 /// The namespace, emptied of what an earlier run left. Namespaces are reused rather than
 /// deleted: without kube-controller-manager a deleted namespace never finishes terminating.
 async fn fresh_namespace(client: &kube::Client, name: &str) {
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let ns: Namespace = serde_json::from_value(json!({ "metadata": { "name": name } })).unwrap();
-    match namespaces.create(&PostParams::default(), &ns).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 409 => clear(client, name).await,
-        Err(e) => panic!("namespace {name}: {e}"),
-    }
+    support::ensure_namespace(client, name).await;
+    clear(client, name).await;
 }
 
 /// Deletes the scalers and Deployments of a namespace and waits until they are gone.
@@ -456,13 +472,17 @@ struct Reading {
     at: Instant,
     cpu: Duration,
     syncs: f64,
-    queries: u64,
+    queries: f64,
     /// apiserver_request_total on the operator's resources, by verb.
     requests: BTreeMap<String, f64>,
 }
 
 impl Reading {
-    async fn take(client: &kube::Client, operator: &OperatorProcess, prometheus: &StandIn) -> Self {
+    async fn take(
+        client: &kube::Client,
+        operator: &OperatorProcess,
+        prometheus: &Prometheus,
+    ) -> Self {
         let text = client
             .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
             .await
@@ -471,7 +491,7 @@ impl Reading {
             at: Instant::now(),
             cpu: cpu_time(operator.pid()),
             syncs: operator.syncs().await,
-            queries: prometheus.queries(),
+            queries: prometheus.queries().await.total(),
             requests: requests_by_verb(&text),
         }
     }
@@ -548,7 +568,7 @@ impl Row {
             peak_kib: memory_kib(op.pid(), "VmHWM"),
             reads_per_sync: reads / syncs,
             writes_per_sync: writes / syncs,
-            queries_per_sync: (after.queries - before.queries) as f64 / syncs,
+            queries_per_sync: (after.queries - before.queries) / syncs,
             verbs,
         }
     }
@@ -568,6 +588,118 @@ impl Row {
             self.queries_per_sync,
         )
     }
+}
+
+// ---------------------------------------------------------------- load on Prometheus
+
+/// What one way of querying did to Prometheus over a window.
+struct Burst {
+    scalers: usize,
+    how: &'static str,
+    /// Prometheus's own count of the window's queries, by status code.
+    answered: QueryCounts,
+    /// Queries the client gave up on (its 10 s timeout, a refused connection).
+    client_errors: f64,
+    /// Syncs held for want of a signal (the operator's own count; none for the replay).
+    held_syncs: Option<f64>,
+    peak_per_second: f64,
+    mean_per_second: f64,
+}
+
+impl Burst {
+    fn line(&self) -> String {
+        format!(
+            "| {} | {} | {:.0} | {:.0} | {:.0} | {} | {:.0} | {:.0} |",
+            self.scalers,
+            self.how,
+            self.answered.total(),
+            self.answered.rejected(),
+            self.client_errors,
+            self.held_syncs
+                .map_or_else(|| "—".to_owned(), |n| format!("{n:.0}")),
+            self.peak_per_second,
+            self.mean_per_second,
+        )
+    }
+}
+
+/// What the operator did before syncs were spread and bounded, replayed from the bench: every
+/// scaler's query sent at the same instant (as when it started with `scalers` scalers to list),
+/// and again one sync period later (each scaler requeued exactly one period after its last
+/// sync, so the alignment lasted), with the operator's 10 s request timeout.
+async fn aligned_bursts(prometheus: &Prometheus, scalers: usize) -> Burst {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let before = prometheus.queries().await;
+    let sampler = Sampler::start(prometheus, Duration::from_millis(250));
+    let mut client_errors = 0.0;
+    for round in 0..2 {
+        if round > 0 {
+            tokio::time::sleep(SYNC_PERIOD).await;
+        }
+        let all = (0..scalers).map(|i| {
+            let request = http
+                .get(format!("{}/api/v1/query", prometheus.url))
+                .query(&[(
+                    "query",
+                    format!(
+                        "avg(vllm:kv_cache_usage_perc{{namespace=\"bench\", app=\"model-{i}\"}})"
+                    ),
+                )]);
+            async move { request.send().await.map(|r| r.status().as_u16()) }
+        });
+        let answers = futures::future::join_all(all).await;
+        client_errors += answers.iter().filter(|a| a.is_err()).count() as f64;
+    }
+    // Prometheus counts a query when it answers it.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let answered = prometheus.queries().await.since(&before);
+    let (peak_per_second, mean_per_second) = sampler.stop(Duration::from_secs(1));
+    Burst {
+        scalers,
+        how: "aligned, unbounded (before; replayed)",
+        answered,
+        client_errors,
+        held_syncs: None,
+        peak_per_second,
+        mean_per_second,
+    }
+}
+
+/// The operator started with `scalers` scalers to sync, watched for two sync periods.
+async fn restart(
+    client: &kube::Client,
+    prometheus: &Prometheus,
+    scalers: usize,
+) -> (OperatorProcess, Burst) {
+    let before = prometheus.queries().await;
+    let sampler = Sampler::start(prometheus, Duration::from_millis(250));
+    let operator = OperatorProcess::start().await;
+    tokio::time::sleep(RESTART_WINDOW).await;
+    let answered = prometheus.queries().await.since(&before);
+    let (peak_per_second, mean_per_second) = sampler.stop(Duration::from_secs(1));
+    let held = operator
+        .sum("llmscaleoperator_syncs_total{", "result=\"held\"")
+        .await;
+    let errors = operator
+        .sum("llmscaleoperator_query_errors_total{", "")
+        .await;
+    // Every scaler still reads 1 replica: nothing was lost to the restart.
+    wait_synced(client, COST_NAMESPACE, scalers).await;
+    (
+        operator,
+        Burst {
+            scalers,
+            how: "spread, at most 8 in flight (now)",
+            answered,
+            client_errors: errors,
+            held_syncs: Some(held),
+            peak_per_second,
+            mean_per_second,
+        },
+    )
 }
 
 // ---------------------------------------------------------------- reaction
@@ -677,7 +809,7 @@ async fn reaction(
 
 // ---------------------------------------------------------------- report
 
-fn report(rows: &[Row], reaction: &Reaction) -> String {
+fn report(rows: &[Row], bursts: &[Burst], reaction: &Reaction) -> String {
     let mut out = String::new();
     writeln!(
         out,
@@ -712,6 +844,24 @@ fn report(rows: &[Row], reaction: &Reaction) -> String {
         )
         .unwrap();
     }
+    writeln!(
+        out,
+        "\n## Load on Prometheus around a restart ({} s windows; Prometheus's defaults, 20 queries at once)\n",
+        RESTART_WINDOW.as_secs()
+    )
+    .unwrap();
+    writeln!(out, "| scalers | how | queries Prometheus counted | rejected (503, 429) | gave up (client) | syncs held | busiest second (queries/s) | mean (queries/s) |").unwrap();
+    writeln!(out, "| --- | --- | --- | --- | --- | --- | --- | --- |").unwrap();
+    for burst in bursts {
+        writeln!(out, "{}", burst.line()).unwrap();
+    }
+    writeln!(
+        out,
+        "\nBefore is replayed by the bench (every scaler's query at one instant, twice, a period \
+         apart); now is the operator itself, started with every scaler to sync. For the operator, \
+         \"gave up\" is its own count of queries without a usable value."
+    )
+    .unwrap();
     let period = reaction.period.as_secs_f64();
     let p50 = reaction.quantile(0.5).as_secs_f64();
     let p99 = reaction.quantile(0.99).as_secs_f64();

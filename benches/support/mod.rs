@@ -1,5 +1,7 @@
 //! What the benchmarks share: the local control plane's client and readings of a process.
 
+pub mod prometheus;
+
 use std::time::Duration;
 
 pub fn kubeconfig_path() -> std::path::PathBuf {
@@ -40,4 +42,39 @@ pub fn memory_kib(pid: u32, field: &str) -> u64 {
         .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or_else(|| panic!("{field} missing from /proc/{pid}/status"))
+}
+
+/// Stops the benchmark with a message instead of a panic's backtrace: the cluster is not in the
+/// state it needs, and the message says what to do.
+pub fn give_up(message: &str) -> ! {
+    eprintln!("bench: {message}");
+    std::process::exit(2)
+}
+
+/// The namespace `name`, created if missing and otherwise reused as it is. Benchmarks never
+/// delete their namespaces: on the minimal control plane no kube-controller-manager ever
+/// finishes a deletion, and the next run would find the namespace stuck terminating.
+#[allow(dead_code)] // not every benchmark needs a namespace
+pub async fn ensure_namespace(client: &kube::Client, name: &str) {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::{Api, PostParams};
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({ "metadata": { "name": name } })).unwrap();
+    match namespaces.create(&PostParams::default(), &ns).await {
+        Ok(_) => return,
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => give_up(&format!("cannot create namespace {name}: {e}")),
+    }
+    let existing = namespaces
+        .get(name)
+        .await
+        .unwrap_or_else(|e| give_up(&format!("cannot read namespace {name}: {e}")));
+    if existing.metadata.deletion_timestamp.is_some() {
+        give_up(&format!(
+            "namespace {name} is being deleted (an older run deleted it) and, without \
+             kube-controller-manager, that never finishes: start from a fresh control plane with \
+             `make cluster-down`, then `make bench`"
+        ));
+    }
 }
