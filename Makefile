@@ -15,7 +15,9 @@ test: ## Format check, clippy, unit and integration tests against a real local c
 	scripts/test.sh
 
 bench: ## Benchmarks (numbers as ratios from one run; never part of make test)
+	scripts/deps.sh
 	tests/cluster/up.sh
+	tests/cluster/build.sh adapter
 	cargo bench --locked --bench policies
 	cargo bench --locked --bench extmetrics
 	cargo bench --locked --bench operator

@@ -9,6 +9,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod adapter_peer;
 mod support;
 
 use support::{cluster_client, cpu_time, kubeconfig_path};
@@ -171,6 +172,8 @@ async fn server() {
 
 struct Run {
     requests: usize,
+    /// Answers other than 200 (not in the latencies).
+    errors: usize,
     p50: Duration,
     p99: Duration,
     per_second: f64,
@@ -207,19 +210,22 @@ async fn connect_to(
 
 async fn load(
     pid: u32,
-    path: &'static str,
+    path: &str,
     senders: &mut Vec<hyper::client::conn::http1::SendRequest<Empty<Bytes>>>,
     headers: &'static [(&'static str, &'static str)],
 ) -> Run {
+    let path: Arc<str> = path.into();
     let cpu_before = cpu_time(pid);
     let deadline = Instant::now() + DURATION;
     let started = Instant::now();
     let mut tasks = Vec::new();
     for mut sender in senders.drain(..) {
+        let path = path.clone();
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::with_capacity(100_000);
+            let mut errors = 0;
             while Instant::now() < deadline {
-                let mut request = hyper::Request::get(path).header("host", "localhost");
+                let mut request = hyper::Request::get(&*path).header("host", "localhost");
                 // kube-apiserver authenticates by client certificate; the host is not checked.
                 for (k, v) in headers {
                     request = request.header(*k, *v);
@@ -228,25 +234,36 @@ async fn load(
                 let t = Instant::now();
                 sender.ready().await.unwrap();
                 let response = sender.send_request(request).await.unwrap();
-                assert_eq!(response.status(), 200, "{path}");
+                let ok = response.status() == 200;
                 response.into_body().collect().await.unwrap();
-                latencies.push(t.elapsed());
+                if ok {
+                    latencies.push(t.elapsed());
+                } else {
+                    errors += 1;
+                }
             }
-            (sender, latencies)
+            (sender, latencies, errors)
         }));
     }
     let mut all = Vec::new();
+    let mut errors = 0;
     for task in tasks {
-        let (sender, latencies) = task.await.unwrap();
+        let (sender, latencies, failed) = task.await.unwrap();
         senders.push(sender);
         all.extend(latencies);
+        errors += failed;
     }
+    assert!(
+        !all.is_empty(),
+        "no request to {path} succeeded ({errors} failed)"
+    );
     let elapsed = started.elapsed();
     let cpu = cpu_time(pid).saturating_sub(cpu_before);
     all.sort();
     let at = |q: f64| all[((all.len() as f64 * q) as usize).min(all.len() - 1)];
     Run {
         requests: all.len(),
+        errors,
         p50: at(0.50),
         p99: at(0.99),
         per_second: all.len() as f64 / elapsed.as_secs_f64(),
@@ -299,6 +316,15 @@ async fn client() {
     )
     .await;
     let aggregated = through_the_aggregator(pid, &hello).await;
+    let compared = adapter_peer::compare::side_by_side(
+        pid,
+        hello.aggregator_port,
+        &hello.serving_pem,
+        ONE_METRIC,
+        SCALERS,
+        NAMESPACES,
+    )
+    .await;
     drop(child.stdin.take());
     child.wait().unwrap();
 
@@ -330,6 +356,11 @@ async fn client() {
     println!(
         "  upstream queries per request: the API holds no Prometheus or decision-server client; tests/extmetrics_aggregator.rs counts them (none)"
     );
+    println!("\n{compared}");
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("extmetrics-vs-adapter.md"), &compared).unwrap();
+    println!("written to target/bench/extmetrics-vs-adapter.md");
 }
 
 /// Registers the API with the local control plane's aggregator and reads one metric through

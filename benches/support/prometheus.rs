@@ -22,6 +22,11 @@ impl Exporter {
                 "vllm:kv_cache_usage_perc{{namespace=\"bench\",app=\"model-{i}\"}} {value}\n"
             ));
         }
+        Self::serving(text).await
+    }
+
+    /// Serves `text` (the exposition format) on /metrics.
+    pub async fn serving(text: String) -> Self {
         let text = Arc::new(text);
         let app = axum::Router::new().route(
             "/metrics",
