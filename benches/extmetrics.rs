@@ -408,20 +408,7 @@ async fn through_the_aggregator(pid: u32, hello: &Hello) -> Run {
     .await
     .unwrap();
     let apiserver_port = config.cluster_url.port_u16().unwrap();
-    let pki = kubeconfig_path().parent().unwrap().join("pki");
-    let read = |name: &str| std::fs::read(pki.join(name)).unwrap();
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(&read("ca.crt")).unwrap())
-        .unwrap();
-    let tls_config = rustls::ClientConfig::builder()
-        .with_root_certificates(roots)
-        .with_client_auth_cert(
-            vec![CertificateDer::from_pem_slice(&read("admin.crt")).unwrap()],
-            PrivateKeyDer::from_pem_slice(&read("admin.key")).unwrap(),
-        )
-        .unwrap();
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(tls_config));
+    let tls = adapter_peer::compare::admin_tls();
 
     // Available, and answering through the aggregator, before the clock starts.
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -500,25 +500,15 @@ impl Reading {
 /// Sums `apiserver_request_total` over the operator's resources, by verb.
 fn requests_by_verb(text: &str) -> BTreeMap<String, f64> {
     let mut by_verb = BTreeMap::new();
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
-            continue;
-        };
-        let Some((labels, value)) = rest.rsplit_once("} ") else {
-            continue;
-        };
-        let label = |name: &str| {
-            labels
-                .split(',')
-                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix("=\""))
-                .map(|v| v.trim_end_matches('"').to_owned())
-                .unwrap_or_default()
-        };
-        if !OPERATOR_RESOURCES.contains(&label("resource").as_str()) {
-            continue;
+    for (labels, value) in support::samples(text, "apiserver_request_total") {
+        let resource = labels
+            .get("resource")
+            .map(String::as_str)
+            .unwrap_or_default();
+        if OPERATOR_RESOURCES.contains(&resource) {
+            let verb = labels.get("verb").cloned().unwrap_or_default();
+            *by_verb.entry(verb).or_insert(0.0) += value;
         }
-        let value: f64 = value.trim().parse().unwrap_or(0.0);
-        *by_verb.entry(label("verb")).or_insert(0.0) += value;
     }
     by_verb
 }

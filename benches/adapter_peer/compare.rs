@@ -250,7 +250,7 @@ async fn status(
 }
 
 /// The control plane's admin, by client certificate (what `kubectl get --raw` would use).
-fn admin_tls() -> tokio_rustls::TlsConnector {
+pub fn admin_tls() -> tokio_rustls::TlsConnector {
     let pki = kubeconfig_path().parent().unwrap().join("pki");
     let read = |name: &str| std::fs::read(pki.join(name)).unwrap();
     let mut roots = rustls::RootCertStore::empty();

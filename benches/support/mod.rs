@@ -78,3 +78,23 @@ pub async fn ensure_namespace(client: &kube::Client, name: &str) {
         ));
     }
 }
+
+/// The samples of `metric` in a Prometheus text exposition: each series' labels and value. Label
+/// values holding commas or escaped quotes are not expected in the counters read here.
+#[allow(dead_code)] // not every benchmark reads an exposition
+pub fn samples(text: &str, metric: &str) -> Vec<(std::collections::BTreeMap<String, String>, f64)> {
+    let prefix = format!("{metric}{{");
+    text.lines()
+        .filter_map(|line| {
+            let (labels, value) = line.strip_prefix(&prefix)?.rsplit_once("} ")?;
+            let labels = labels
+                .split(',')
+                .filter_map(|kv| {
+                    let (name, value) = kv.split_once("=\"")?;
+                    Some((name.to_owned(), value.trim_end_matches('"').to_owned()))
+                })
+                .collect();
+            Some((labels, value.trim().parse::<f64>().ok()?))
+        })
+        .collect()
+}

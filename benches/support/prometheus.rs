@@ -179,22 +179,11 @@ pub struct QueryCounts(pub BTreeMap<String, f64>);
 impl QueryCounts {
     pub fn parse(text: &str) -> Self {
         let mut by_code = BTreeMap::new();
-        for line in text.lines() {
-            let Some(rest) = line.strip_prefix("prometheus_http_requests_total{") else {
-                continue;
-            };
-            let Some((labels, value)) = rest.rsplit_once("} ") else {
-                continue;
-            };
-            if !labels.contains("handler=\"/api/v1/query\"") {
-                continue;
+        for (labels, value) in super::samples(text, "prometheus_http_requests_total") {
+            if labels.get("handler").map(String::as_str) == Some("/api/v1/query") {
+                let code = labels.get("code").cloned().unwrap_or_default();
+                *by_code.entry(code).or_insert(0.0) += value;
             }
-            let code = labels
-                .split(',')
-                .find_map(|kv| kv.strip_prefix("code=\""))
-                .map(|v| v.trim_end_matches('"').to_owned())
-                .unwrap_or_default();
-            *by_code.entry(code).or_insert(0.0) += value.trim().parse::<f64>().unwrap_or(0.0);
         }
         Self(by_code)
     }
