@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Build (or reuse from the cache) the binaries of the local test control plane:
 #   etcd, kube-apiserver, kubectl, kube-controller-manager, kube-scheduler, kwok, helm
-# and link them into target/cluster/bin.
+# and link them into target/cluster/bin. On request only, also a benchmark peer:
+#   prometheus-adapter (never built by all/minimal, so never by `make test` or up.sh)
 #
-# Usage: tests/cluster/build.sh [all|minimal|tidy]
+# Usage: tests/cluster/build.sh [all|minimal|adapter|tidy]
 #   all      (default) all six binaries
 #   minimal  only etcd and kube-apiserver
+#   adapter  only prometheus-adapter (module tests/cluster/prometheus-adapter)
 #   tidy     run `go mod tidy` in the module dirs (after bumping a version)
 #
 # Binaries are cached outside the repo, keyed by the sha256 of what defines them:
@@ -109,6 +111,17 @@ build_kube() {
   (cd "$SCRIPT_DIR/kubernetes" && CGO_ENABLED=0 go build -trimpath -ldflags "$KUBE_LDFLAGS" -o "$out" "k8s.io/kubernetes/cmd/$cmd")
 }
 
+# --- prometheus-adapter: module tests/cluster/prometheus-adapter (tools.go pins cmd/adapter) ---
+# Not `go install pkg@version` like kwok/helm: the module proxy refuses the version list of
+# sigs.k8s.io/prometheus-adapter, so `go install` fails while "loading deprecation"; an exact
+# require in our own module is served. go.sum then pins every dependency as upstream's go.mod does.
+# The adapter has no version flag and upstream builds it without -X ldflags, so none here.
+ADAPTER_PKG=sigs.k8s.io/prometheus-adapter/cmd/adapter
+
+build_adapter() {
+  (cd "$SCRIPT_DIR/prometheus-adapter" && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$1" "$ADAPTER_PKG")
+}
+
 # --- go install tools ---
 go_install() {
   local out=$1 pkg=$2 version=$3 ldflags=$4
@@ -125,7 +138,7 @@ go_install() {
 
 tidy() {
   local d
-  for d in etcd kubernetes; do
+  for d in etcd kubernetes prometheus-adapter; do
     log "go mod tidy in tests/cluster/$d"
     (cd "$SCRIPT_DIR/$d" && go mod tidy)
   done
@@ -134,10 +147,10 @@ tidy() {
 main() {
   local what=${1:-all}
   case "$what" in
-    all | minimal) ;;
+    all | minimal | adapter) ;;
     tidy) tidy; return ;;
-    -h | --help) sed -n '2,12p' "$0"; return ;;
-    *) die "unknown argument '$what' (expected all, minimal or tidy)" ;;
+    -h | --help) sed -n '2,15p' "$0"; return ;;
+    *) die "unknown argument '$what' (expected all, minimal, adapter or tidy)" ;;
   esac
 
   mkdir -p "$CACHE_ROOT"
@@ -149,6 +162,16 @@ main() {
   fi
 
   local total_start=$SECONDS
+
+  # A benchmark peer, not part of the control plane: build only it, under the same lock.
+  if [[ "$what" == adapter ]]; then
+    local adapter_dir
+    adapter_dir="$CACHE_ROOT/prometheus-adapter-$(hash_files "$SCRIPT_DIR/prometheus-adapter/go.mod" "$SCRIPT_DIR/prometheus-adapter/go.sum" "$SCRIPT_DIR/prometheus-adapter/tools.go")"
+    ensure_built prometheus-adapter "$adapter_dir" build_adapter
+    log "done in $(fmt_secs $((SECONDS - total_start))); binary in ${BIN_DIR#"$REPO_ROOT"/} (cache: $CACHE_ROOT)"
+    return
+  fi
+
   local etcd_dir kube_dir
   etcd_dir="$CACHE_ROOT/etcd-$(hash_files "$SCRIPT_DIR/etcd/go.mod" "$SCRIPT_DIR/etcd/go.sum" "$SCRIPT_DIR/etcd/main.go")"
   kube_dir="$CACHE_ROOT/kubernetes-$(hash_files "$SCRIPT_DIR/kubernetes/go.mod" "$SCRIPT_DIR/kubernetes/go.sum" "$SCRIPT_DIR/kubernetes/tools.go")"
