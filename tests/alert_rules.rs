@@ -41,7 +41,7 @@ fn every_metric_the_rules_read_is_served_by_the_operator() {
     let rules = std::fs::read_to_string(common::repo_root().join(RULES)).unwrap();
     let named: BTreeSet<String> = rules
         .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .filter(|w| w.starts_with("llmscaler_"))
+        .filter(|w| w.starts_with("llmscaleoperator_"))
         .map(str::to_owned)
         .collect();
     assert!(named.len() >= 6, "{named:?}");
