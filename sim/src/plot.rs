@@ -1,6 +1,6 @@
 //! The picture of a live run (`make demo`'s target/demo/run.svg), drawn with plotters' SVG
-//! backend like the lab's: three panels over one time axis — load, queue and SLO misses; the
-//! replicas (pods, spec.replicas, the scaler's desired count) with each scale event marked; and
+//! backend like the lab's: four panels over one time axis — the load; the queue and the SLO
+//! misses; the replicas (pods, spec.replicas, the scaler's desired count) with each scale event marked; and
 //! KV-cache use. Legends sit beside the panels, never on the data; the three replica lines are
 //! drawn a little apart and with their own markers so that equal counts stay distinguishable.
 
@@ -33,7 +33,7 @@ pub struct Sample {
 pub struct PlotError(String);
 
 const WIDTH: u32 = 1100;
-const HEIGHT: u32 = 900;
+const HEIGHT: u32 = 1150;
 /// Width of the legend column to the right of the panels.
 const LEGEND: u32 = 190;
 const FONT: &str = "sans-serif";
@@ -130,8 +130,8 @@ enum Marker {
 fn draw(area: &DrawingArea<SVGBackend<'_>, Shift>, samples: &[Sample]) -> Result<(), PlotError> {
     let t_end = samples.iter().map(|s| s.t).fold(1.0, f64::max);
     let (plots, legends) = area.split_horizontally(WIDTH - LEGEND);
-    let plot_rows = plots.split_evenly((3, 1));
-    let legend_rows = legends.split_evenly((3, 1));
+    let plot_rows = plots.split_evenly((4, 1));
+    let legend_rows = legends.split_evenly((4, 1));
     let pick = |f: &dyn Fn(&Sample) -> Option<f64>| -> Vec<(f64, f64)> {
         samples
             .iter()
@@ -142,14 +142,24 @@ fn draw(area: &DrawingArea<SVGBackend<'_>, Shift>, samples: &[Sample]) -> Result
     let missed = misses(samples);
     let total_missed = samples.last().map_or(0, |s| s.slo_missed);
 
-    // Load and queue share the panel; SLO misses are marked where they happened.
-    let load_lines = vec![
-        Line {
-            label: "load (requests/s)".into(),
-            colour: LOAD,
-            points: pick(&|s| Some(s.load)),
-            marker: Marker::None,
-        },
+    let load_lines = vec![Line {
+        label: "load (requests/s)".into(),
+        colour: LOAD,
+        points: pick(&|s| Some(s.load)),
+        marker: Marker::None,
+    }];
+    panel(
+        &plot_rows[0],
+        &legend_rows[0],
+        "requests/s",
+        t_end,
+        &load_lines,
+        &[],
+        false,
+    )?;
+
+    // The queue, with the SLO misses of each interval marked where they happened.
+    let queue_lines = vec![
         Line {
             label: "queued requests".into(),
             colour: QUEUED,
@@ -164,11 +174,11 @@ fn draw(area: &DrawingArea<SVGBackend<'_>, Shift>, samples: &[Sample]) -> Result
         },
     ];
     panel(
-        &plot_rows[0],
-        &legend_rows[0],
+        &plot_rows[1],
+        &legend_rows[1],
         "requests",
         t_end,
-        &load_lines,
+        &queue_lines,
         &[],
         false,
     )?;
@@ -195,8 +205,8 @@ fn draw(area: &DrawingArea<SVGBackend<'_>, Shift>, samples: &[Sample]) -> Result
         },
     ];
     panel(
-        &plot_rows[1],
-        &legend_rows[1],
+        &plot_rows[2],
+        &legend_rows[2],
         "replicas",
         t_end,
         &replica_lines,
@@ -211,8 +221,8 @@ fn draw(area: &DrawingArea<SVGBackend<'_>, Shift>, samples: &[Sample]) -> Result
         marker: Marker::None,
     }];
     panel(
-        &plot_rows[2],
-        &legend_rows[2],
+        &plot_rows[3],
+        &legend_rows[3],
         "KV-cache use (%)",
         t_end,
         &kv_lines,
@@ -445,7 +455,7 @@ mod tests {
     }
 
     #[test]
-    fn a_run_becomes_three_panels_with_a_time_axis_markers_and_legends() {
+    fn a_run_becomes_four_panels_with_a_time_axis_markers_and_legends() {
         let picture = svg(&run(), "burst <test>").unwrap();
         assert!(picture.starts_with("<svg"), "{}", &picture[..80]);
         assert!(picture.trim_end().ends_with("</svg>"));
