@@ -602,11 +602,11 @@ impl Burst {
             "| {} | {} | {:.0} | {:.0} | {:.0} | {} | {:.0} | {:.0} |",
             self.scalers,
             self.how,
-            self.answered.total(),
-            self.answered.rejected(),
-            self.client_errors,
+            self.answered.total().abs(),
+            self.answered.rejected().abs(),
+            self.client_errors.abs(),
             self.held_syncs
-                .map_or_else(|| "—".to_owned(), |n| format!("{n:.0}")),
+                .map_or_else(|| "—".to_owned(), |n| format!("{:.0}", n.abs())),
             self.peak_per_second,
             self.mean_per_second,
         )
@@ -643,8 +643,19 @@ async fn aligned_bursts(prometheus: &Prometheus, scalers: usize) -> Burst {
         let answers = futures::future::join_all(all).await;
         client_errors += answers.iter().filter(|a| a.is_err()).count() as f64;
     }
-    // Prometheus counts a query when it answers it.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Prometheus counts a query when it is done with it, also one whose client gave up long
+    // before: the window lasts until its count has stopped moving, so that none of these
+    // leftovers is counted against the restart that follows.
+    let mut last = prometheus.queries().await.total();
+    let quiet_by = Instant::now() + Duration::from_secs(60);
+    loop {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let now = prometheus.queries().await.total();
+        if now == last || Instant::now() > quiet_by {
+            break;
+        }
+        last = now;
+    }
     let answered = prometheus.queries().await.since(&before);
     let (peak_per_second, mean_per_second) = sampler.stop(Duration::from_secs(1));
     Burst {
@@ -724,8 +735,13 @@ async fn reaction(
         .unwrap();
     settle(&deployments, "model", 1).await;
     prometheus.set(1.0);
-    // maxReplicas 2 keeps a load of 2 per replica from compounding once the second is ready.
-    let extra = json!({ "syncPeriodSeconds": REACTION_PERIOD_SECONDS, "maxReplicas": 2 });
+    // maxReplicas 2 keeps a load of 2 per replica from compounding once the second is ready;
+    // without a scale-down window (the default holds a scale-down for 5 minutes) the down steps
+    // measure the operator's delay too.
+    let extra = json!({
+        "syncPeriodSeconds": REACTION_PERIOD_SECONDS, "maxReplicas": 2,
+        "scaleDown": { "stabilizationWindowSeconds": 0 }
+    });
     scalers
         .create(
             &PostParams::default(),

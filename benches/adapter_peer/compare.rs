@@ -65,7 +65,11 @@ pub async fn side_by_side(
     prometheus
         .wait_for_series("vllm:kv_cache_usage_perc", scalers)
         .await;
-    let adapter = Adapter::start(&repo, &prometheus.url);
+    let adapter = Adapter::start(
+        &repo,
+        &prometheus.url,
+        &format!("{}.{}.svc", crate::SERVICE, crate::BENCH_NAMESPACE),
+    );
     // The same scaler for both: ns-3 / scaler-43.
     let adapter_path = metric_path("ns-3", "scaler-43");
 
@@ -164,10 +168,14 @@ pub async fn side_by_side(
         for (s, (port, pem, path)) in targets.iter().enumerate() {
             point_apiservice(&client, crate::BENCH_NAMESPACE, crate::SERVICE, *port, pem).await;
             let deadline = Instant::now() + Duration::from_secs(60);
-            while status(apiserver_port, "127.0.0.1", &admin, path, &[]).await != Some(200) {
+            loop {
+                let last = status(apiserver_port, "127.0.0.1", &admin, path, &[]).await;
+                if last == Some(200) {
+                    break;
+                }
                 assert!(
                     Instant::now() < deadline,
-                    "the aggregator never routed {path} to {}",
+                    "the aggregator never routed {path} to {} (last status {last:?})",
                     servers[s].0
                 );
                 tokio::time::sleep(Duration::from_millis(200)).await;
@@ -334,12 +342,15 @@ fn median(values: &mut [f64]) -> f64 {
     values[values.len() / 2]
 }
 
-/// `median [min–max]` of one figure over the rounds.
-fn spread(rounds: &[Round], figure: impl Fn(&Round) -> f64) -> (f64, String) {
+/// `median [min–max]` of one figure over the rounds, with `decimals` decimals.
+fn spread(rounds: &[Round], decimals: usize, figure: impl Fn(&Round) -> f64) -> (f64, String) {
     let mut values: Vec<f64> = rounds.iter().map(figure).collect();
     let mid = median(&mut values);
     let (lo, hi) = (values[0], values[values.len() - 1]);
-    (mid, format!("{mid:.1} [{lo:.1}–{hi:.1}]"))
+    (
+        mid,
+        format!("{mid:.decimals$} [{lo:.decimals$}–{hi:.decimals$}]"),
+    )
 }
 
 fn report(
@@ -368,11 +379,11 @@ fn report(
     for (level, rounds) in LEVELS.iter().zip(direct) {
         let mut medians = [(0.0, 0.0); 2];
         for (s, name) in ["operator", "prometheus-adapter"].iter().enumerate() {
-            let (rate, rate_text) = spread(&rounds[s], |r| r.run.per_second);
-            let (_, p50) = spread(&rounds[s], |r| r.run.p50.as_secs_f64() * 1e3);
-            let (p99, p99_text) = spread(&rounds[s], |r| r.run.p99.as_secs_f64() * 1e3);
+            let (rate, rate_text) = spread(&rounds[s], 0, |r| r.run.per_second);
+            let (_, p50) = spread(&rounds[s], 2, |r| r.run.p50.as_secs_f64() * 1e3);
+            let (p99, p99_text) = spread(&rounds[s], 2, |r| r.run.p99.as_secs_f64() * 1e3);
             let errors: usize = rounds[s].iter().map(|r| r.run.errors).sum();
-            let (_, queries) = spread(&rounds[s], |r| r.queries_per_read);
+            let (_, queries) = spread(&rounds[s], 2, |r| r.queries_per_read);
             writeln!(
                 out,
                 "| {level} | {name} | {rate_text} | {p50} | {p99_text} | {errors} | {queries} |"
@@ -393,7 +404,12 @@ fn report(
     .unwrap();
     writeln!(out, "| --- | --- | --- |").unwrap();
     for (level, rate, p99) in &ratios {
-        writeln!(out, "| {level} | {rate:.1}× | {p99:.3} |").unwrap();
+        writeln!(
+            out,
+            "| {level} | {rate:.1}× | {p99:.3} (1/{:.0}) |",
+            1.0 / p99
+        )
+        .unwrap();
     }
     writeln!(
         out,
@@ -411,11 +427,11 @@ fn report(
     writeln!(out, "| --- | --- | --- | --- | --- | --- |").unwrap();
     let mut agg_medians = [0.0; 2];
     for (s, name) in ["operator", "prometheus-adapter"].iter().enumerate() {
-        let (rate, rate_text) = spread(&aggregated[s], |r| r.run.per_second);
-        let (_, p50) = spread(&aggregated[s], |r| r.run.p50.as_secs_f64() * 1e3);
-        let (_, p99) = spread(&aggregated[s], |r| r.run.p99.as_secs_f64() * 1e3);
+        let (rate, rate_text) = spread(&aggregated[s], 0, |r| r.run.per_second);
+        let (_, p50) = spread(&aggregated[s], 2, |r| r.run.p50.as_secs_f64() * 1e3);
+        let (_, p99) = spread(&aggregated[s], 2, |r| r.run.p99.as_secs_f64() * 1e3);
         let errors: usize = aggregated[s].iter().map(|r| r.run.errors).sum();
-        let (_, queries) = spread(&aggregated[s], |r| r.queries_per_read);
+        let (_, queries) = spread(&aggregated[s], 2, |r| r.queries_per_read);
         writeln!(
             out,
             "| {name} | {rate_text} | {p50} | {p99} | {errors} | {queries} |"

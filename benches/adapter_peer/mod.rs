@@ -33,7 +33,7 @@ const CONFIG: &str = r#"externalRules:
 pub struct Adapter {
     child: Child,
     pub port: u16,
-    /// Its self-signed serving certificate (for "localhost").
+    /// Its self-signed serving certificate (for "localhost" and the bench's Service).
     pub serving_pem: String,
     pub log: PathBuf,
 }
@@ -41,7 +41,7 @@ pub struct Adapter {
 impl Adapter {
     /// Starts the adapter against `prometheus` and the local control plane; gives up with a
     /// message when it was not built.
-    pub fn start(repo: &Path, prometheus: &str) -> Self {
+    pub fn start(repo: &Path, prometheus: &str, service_dns: &str) -> Self {
         let binary = repo.join("target/cluster/bin/prometheus-adapter");
         if !binary.exists() {
             crate::support::give_up(
@@ -52,7 +52,10 @@ impl Adapter {
         let dir = repo.join("target/bench/prometheus-adapter");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("config.yaml"), CONFIG).unwrap();
-        let serving = llmscaleoperator::tls::self_signed(&["localhost".to_owned()]).unwrap();
+        // The aggregator checks the certificate against the Service's DNS name.
+        let serving =
+            llmscaleoperator::tls::self_signed(&["localhost".to_owned(), service_dns.to_owned()])
+                .unwrap();
         std::fs::write(dir.join("tls.crt"), &serving.cert_pem).unwrap();
         std::fs::write(dir.join("tls.key"), &serving.key_pem).unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -179,7 +182,10 @@ pub async fn point_apiservice(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let apiservice: APIService = serde_json::from_value(serde_json::json!({
-        "metadata": { "name": "v1beta1.external.metrics.k8s.io" },
+        // Labelled as the operator's own (what the bench's operator half registers), so a run
+        // cut short leaves nothing the next run refuses to replace.
+        "metadata": { "name": "v1beta1.external.metrics.k8s.io",
+                      "labels": { "autoscaling.modelsphere.dev/apiservice-owner": "llmscaleoperator" } },
         "spec": {
             "group": "external.metrics.k8s.io", "version": "v1beta1",
             "groupPriorityMinimum": 100, "versionPriority": 100,

@@ -401,6 +401,39 @@ fn condition(status: &Value, type_: &str) -> (String, String, String) {
     (text("status"), text("reason"), text("message"))
 }
 
+/// After a restart, a scaler that had synced its current spec waits for its own instant of the
+/// period (reading and writing nothing) instead of syncing with every other scaler at once; one
+/// whose spec changed since, or that never synced, syncs at once.
+#[tokio::test]
+async fn after_a_restart_a_synced_scaler_waits_for_its_own_slot() {
+    let server = prometheus(3.0).await;
+    let h = Harness::leader(FakeApi::default().with_deployment("vllm", 2));
+    let period = std::time::Duration::from_secs(15);
+    let mut scaler = scaler_json("s", &server, json!({}));
+    scaler["status"] = json!({ "observedGeneration": 1 });
+    let first = h.sync(&scaler).await;
+    assert!(h.api.scale_writes("vllm").is_empty(), "nothing read or written");
+    assert!(h.cached("s").is_none());
+    let now = std::time::SystemTime::now();
+    let expected = super::schedule::first_slot("uid-s", period, now);
+    let debug = format!("{first:?}");
+    assert!(
+        expected.is_zero() || debug.contains("Some("),
+        "{debug}, expected a wait of about {expected:?}"
+    );
+    // Its next sync (the one at its slot) does the work.
+    h.sync(&scaler).await;
+    assert_eq!(h.api.scale_writes("vllm"), vec![6]);
+
+    // A spec changed while the operator was away: synced at once.
+    let h = Harness::leader(FakeApi::default().with_deployment("vllm", 2));
+    let mut changed = scaler_json("s", &server, json!({}));
+    changed["metadata"]["generation"] = json!(2);
+    changed["status"] = json!({ "observedGeneration": 1 });
+    h.sync(&changed).await;
+    assert_eq!(h.api.scale_writes("vllm"), vec![6]);
+}
+
 #[tokio::test]
 async fn a_hot_metric_scales_up_and_every_writer_output_says_so() {
     let server = prometheus(3.0).await;

@@ -65,6 +65,9 @@ pub async fn reconcile(
 async fn sync(scaler: Arc<LLMScaler>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let started = Instant::now();
     let namespace = scaler.namespace().ok_or(ReconcileError::NoNamespace)?;
+    if let Some(wait) = wait_for_own_slot(&scaler, &ctx) {
+        return Ok(Action::requeue(wait));
+    }
     let now = Timestamp::now();
 
     let observed = observe(&scaler, &ctx, &namespace, now).await;
@@ -788,6 +791,33 @@ pub fn error_policy(scaler: Arc<LLMScaler>, error: &ReconcileError, _ctx: Arc<Co
     tracing::warn!(scaler = %scaler.name_any(), %error, "sync failed, retrying");
     Action::requeue(next_sync(&scaler, scaler.spec.retry_period_seconds))
 }
+
+/// Marks the first sight of a scaler in this process. A process that starts lists every scaler
+/// at once: one that already synced its current spec (status.observedGeneration says so) waits
+/// for its own instant of the period rather than querying its server together with all the
+/// others; a new scaler, or one whose spec changed meanwhile, syncs at once. The external
+/// metrics of a waiting scaler are served from its first sync, at most one period later.
+fn wait_for_own_slot(scaler: &LLMScaler, ctx: &Context) -> Option<Duration> {
+    let uid = scaler.metadata.uid.as_deref()?;
+    if !ctx.first_time(FIRST_SIGHT, uid) {
+        return None;
+    }
+    let synced_before = scaler.status.as_ref().is_some_and(|s| {
+        s.observed_generation.is_some() && s.observed_generation == scaler.metadata.generation
+    });
+    if !synced_before {
+        return None;
+    }
+    let wait = schedule::first_slot(
+        uid,
+        requeue_after(scaler.spec.sync_period_seconds),
+        std::time::SystemTime::now(),
+    );
+    (!wait.is_zero()).then_some(wait)
+}
+
+/// [`Context::first_time`] topic of a scaler's first sight in this process.
+const FIRST_SIGHT: &str = "first sight";
 
 /// The delay to the scaler's next slot on its grid of `period_seconds` (see [`schedule`]): its
 /// uid sets the phase, so scalers created together still query at different instants.

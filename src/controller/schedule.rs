@@ -35,6 +35,23 @@ pub fn until_next_slot(now: Duration, period: Duration, phase: Duration) -> Dura
     Duration::from_millis(u64::try_from(wait).unwrap_or(u64::MAX))
 }
 
+/// Time from `now` to the scaler's next instant on its grid, however close (zero when `now` is
+/// on it): where a scaler that already synced its spec before a restart takes up its syncs.
+pub fn until_slot(now: Duration, period: Duration, phase: Duration) -> Duration {
+    let period_ms = period.as_millis().max(1);
+    let offset = now.as_millis() % period_ms;
+    let wait = (phase.as_millis() % period_ms + period_ms - offset) % period_ms;
+    Duration::from_millis(u64::try_from(wait).unwrap_or(0))
+}
+
+/// [`until_slot`] for a scaler keyed `key` at wall-clock `now`.
+pub fn first_slot(key: &str, period: Duration, now: SystemTime) -> Duration {
+    let since_epoch = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    until_slot(since_epoch, period, phase(key, period))
+}
+
 /// The requeue delay of a scaler keyed `key` (its uid) syncing every `period`, at wall-clock
 /// `now`.
 pub fn next_sync(key: &str, period: Duration, now: SystemTime) -> Duration {
@@ -104,7 +121,39 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_restarted_scaler_takes_up_its_own_slot() {
+        let period = 10 * SECOND;
+        let phase = 3 * SECOND;
+        assert_eq!(
+            until_slot(Duration::from_secs(1_000_001), period, phase),
+            2 * SECOND
+        );
+        assert_eq!(
+            until_slot(Duration::from_secs(1_000_003), period, phase),
+            Duration::ZERO
+        );
+        assert_eq!(
+            until_slot(Duration::from_secs(1_000_004), period, phase),
+            9 * SECOND
+        );
+    }
+
     proptest! {
+        #[test]
+        fn the_first_slot_is_within_a_period_and_on_the_grid(
+            now_ms in 0u64..4_000_000_000_000,
+            period_s in 1u64..3_600,
+            key in "[a-z0-9-]{1,36}",
+        ) {
+            let period = Duration::from_secs(period_s);
+            let phase = phase(&key, period);
+            let now = Duration::from_millis(now_ms);
+            let wait = until_slot(now, period, phase);
+            prop_assert!(wait < period);
+            prop_assert_eq!((now + wait).as_millis() % period.as_millis(), phase.as_millis());
+        }
+
         #[test]
         fn every_sync_lands_on_the_grid_within_half_to_one_and_a_half_periods(
             now_ms in 0u64..4_000_000_000_000,
