@@ -412,7 +412,10 @@ async fn after_a_restart_a_synced_scaler_waits_for_its_own_slot() {
     let mut scaler = scaler_json("s", &server, json!({}));
     scaler["status"] = json!({ "observedGeneration": 1 });
     let first = h.sync(&scaler).await;
-    assert!(h.api.scale_writes("vllm").is_empty(), "nothing read or written");
+    assert!(
+        h.api.scale_writes("vllm").is_empty(),
+        "nothing read or written"
+    );
     assert!(h.cached("s").is_none());
     let now = std::time::SystemTime::now();
     let expected = super::schedule::first_slot("uid-s", period, now);
