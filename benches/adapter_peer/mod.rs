@@ -157,6 +157,7 @@ pub async fn point_apiservice(
     use k8s_openapi::api::core::v1::Service;
     use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
     use kube::api::{Api, DeleteParams, PostParams};
+    use llmscaleoperator::extmetrics::registration::{APISERVICE, OWNER_LABEL};
 
     let services: Api<Service> = Api::namespaced(client.clone(), namespace);
     let _ = services.delete(service, &DeleteParams::default()).await;
@@ -169,23 +170,18 @@ pub async fn point_apiservice(
     services.create(&PostParams::default(), &svc).await.unwrap();
     let apiservices: Api<APIService> = Api::all(client.clone());
     let _ = apiservices
-        .delete("v1beta1.external.metrics.k8s.io", &DeleteParams::default())
+        .delete(APISERVICE, &DeleteParams::default())
         .await;
     let deadline = Instant::now() + Duration::from_secs(30);
-    while apiservices
-        .get_opt("v1beta1.external.metrics.k8s.io")
-        .await
-        .unwrap()
-        .is_some()
-    {
+    while apiservices.get_opt(APISERVICE).await.unwrap().is_some() {
         assert!(Instant::now() < deadline, "the old APIService never went");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let apiservice: APIService = serde_json::from_value(serde_json::json!({
         // Labelled as the operator's own (what the bench's operator half registers), so a run
         // cut short leaves nothing the next run refuses to replace.
-        "metadata": { "name": "v1beta1.external.metrics.k8s.io",
-                      "labels": { "autoscaling.modelsphere.dev/apiservice-owner": "llmscaleoperator" } },
+        "metadata": { "name": APISERVICE,
+                      "labels": { OWNER_LABEL: llmscaleoperator::names::OPERATOR } },
         "spec": {
             "group": "external.metrics.k8s.io", "version": "v1beta1",
             "groupPriorityMinimum": 100, "versionPriority": 100,
