@@ -46,19 +46,18 @@ pub fn until_slot(now: Duration, period: Duration, phase: Duration) -> Duration 
 
 /// [`until_slot`] for a scaler keyed `key` at wall-clock `now`.
 pub fn first_slot(key: &str, period: Duration, now: SystemTime) -> Duration {
-    let since_epoch = now
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default();
-    until_slot(since_epoch, period, phase(key, period))
+    until_slot(since_epoch(now), period, phase(key, period))
+}
+
+fn since_epoch(now: SystemTime) -> Duration {
+    now.duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
 }
 
 /// The requeue delay of a scaler keyed `key` (its uid) syncing every `period`, at wall-clock
 /// `now`.
 pub fn next_sync(key: &str, period: Duration, now: SystemTime) -> Duration {
-    let since_epoch = now
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default();
-    until_next_slot(since_epoch, period, phase(key, period))
+    until_next_slot(since_epoch(now), period, phase(key, period))
 }
 
 #[cfg(test)]

@@ -34,21 +34,22 @@ struct Gates {
 static GATES: OnceLock<Gates> = OnceLock::new();
 
 fn gates() -> &'static Gates {
-    GATES.get_or_init(|| Gates {
-        per_server: DEFAULT_PER_SERVER,
-        servers: Mutex::new(HashMap::new()),
-    })
+    GATES.get_or_init(|| Gates::new(DEFAULT_PER_SERVER))
+}
+
+impl Gates {
+    fn new(per_server: usize) -> Self {
+        Self {
+            per_server: per_server.max(1),
+            servers: Mutex::new(HashMap::new()),
+        }
+    }
 }
 
 /// Sets the bound at start-up (before the first request); later calls change nothing. Returns
 /// the bound in force.
 pub fn configure(per_server: usize) -> usize {
-    GATES
-        .get_or_init(|| Gates {
-            per_server: per_server.max(1),
-            servers: Mutex::new(HashMap::new()),
-        })
-        .per_server
+    GATES.get_or_init(|| Gates::new(per_server)).per_server
 }
 
 /// The bound in force.

@@ -114,8 +114,8 @@ pub async fn send_within(
     let started = std::time::Instant::now();
     let origin = gate::origin(url);
     let mut attempt = 0;
-    let mut next = Some(request);
-    while let Some(request) = next.take() {
+    let mut request = request;
+    loop {
         // A request that cannot be copied (a streamed body) is sent once.
         let again = request.try_clone();
         let Some(permit) = gate::enter(&origin, REQUEST_TIMEOUT).await else {
@@ -138,15 +138,11 @@ pub async fn send_within(
                 tracing::debug!(%url, status = status.as_u16(), attempt, wait_ms = wait.as_millis(), "server overloaded; retrying");
                 tokio::time::sleep(wait).await;
                 attempt += 1;
-                next = Some(again);
+                request = again;
             }
             _ => return Ok((status, body)),
         }
     }
-    Err(HttpError::Transport {
-        url: url.to_owned(),
-        reason: "no request to send".to_owned(),
-    })
 }
 
 async fn send_once(
