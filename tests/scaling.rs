@@ -371,8 +371,11 @@ async fn scales_down_to_min_and_a_step_cap_walks_the_fleet_down() {
 #[tokio::test]
 async fn an_unmeasurable_metric_holds_and_a_guardrail_nan_does_not_drive() {
     let env = Env::new("hold").await;
-    env.deployment("vllm", 2).await;
-    env.set("kv", 0.4).await;
+    // The fleet starts where kv puts it (ceil(8 × 0.1 / 0.1) = 8), a fixed point of the ratio:
+    // from anywhere else a constant kv keeps moving the fleet, and a sync that lands between
+    // reaching a size and the series' removal below would move it on.
+    env.deployment("vllm", 8).await;
+    env.set("kv", 0.1).await;
     env.set("p99", f64::NAN).await;
     let _operator = Operator::start(&env.client, &env.ns);
     env.scaler(
@@ -387,10 +390,11 @@ async fn an_unmeasurable_metric_holds_and_a_guardrail_nan_does_not_drive() {
         }),
     )
     .await;
-    // kv drives (ceil(2 × 0.4 / 0.1) = 8); the NaN guardrail contributes nothing.
-    env.wait_ready("vllm", 8).await;
+    // kv holds the fleet at 8; the NaN guardrail contributes nothing (read as "very high" it
+    // would take the fleet to maxReplicas, read as a failure it would hold the whole sync).
     env.wait_event("guard", "MetricSkipped", "metric latency skipped this sync")
         .await;
+    env.stays("vllm", 8, Duration::from_secs(3)).await;
 
     // Now every metric fails: the series disappear. The fleet holds instead of reading zero.
     env.exporter().remove(&env.series("kv"));
