@@ -257,6 +257,75 @@ async fn scale_to_zero_wakes_on_the_activation_metric_and_stays_up_for_the_minim
     env.done().await;
 }
 
+/// Demand that returns during the idle period stops its timer, in the stored status too: the next
+/// quiet spell waits a whole idle period again. (A merge patch that only left the field out kept
+/// the old idleSince in the object, so the second quiet spell went to zero at once.)
+#[tokio::test]
+async fn demand_that_returns_restarts_the_idle_period() {
+    const IDLE: u64 = 15;
+    let env = Env::new("zero-idle").await;
+    env.deployment("vllm", 1).await;
+    env.set("waiting", 0.0).await;
+    env.set("router_rps", 0.0).await;
+    let _operator = Operator::start(&env.client, &env.ns);
+    env.scaler(
+        "z",
+        "vllm",
+        json!({
+            "minReplicas": 0, "maxReplicas": 4,
+            "metrics": [{ "name": "waiting", "query": env.query("waiting"), "target": "1" }],
+            "scaleToZero": {
+                "activationQuery": format!("sum({})", env.series("router_rps")),
+                "idleSeconds": IDLE,
+                "minAwakeSeconds": 0,
+            }
+        }),
+    )
+    .await;
+    let idle_since = |env: &Env| {
+        let scalers = env.scalers();
+        async move {
+            let s = scalers.get("z").await.ok()?.status?;
+            Some(s.scale_to_zero?.idle_since)
+        }
+    };
+    // Quiet: the idle timer starts.
+    common::eventually("status.scaleToZero.idleSince", WAIT, || async {
+        idle_since(&env).await.flatten().map(|_| ())
+    })
+    .await;
+    // Demand returns before the idle period is over: the timer is gone from the stored status.
+    env.set("router_rps", 3.0).await;
+    common::eventually("idleSince removed from the status", WAIT, || async {
+        (idle_since(&env).await == Some(None)).then_some(())
+    })
+    .await;
+    // Busy for longer than an idle period, then quiet again: the fleet stays up while the new
+    // quiet spell is younger than idleSeconds (an old timer would put it to zero at once).
+    env.stays("vllm", 1, Duration::from_secs(IDLE + 1)).await;
+    env.set("router_rps", 0.0).await;
+    let quiet = Instant::now();
+    common::eventually("the new idle timer", WAIT, || async {
+        idle_since(&env).await.flatten().map(|_| ())
+    })
+    .await;
+    let left = Duration::from_secs(IDLE).saturating_sub(quiet.elapsed() + Duration::from_secs(3));
+    assert!(
+        left >= Duration::from_secs(5),
+        "the test needs time left to watch ({:?} since the quiet began)",
+        quiet.elapsed()
+    );
+    env.stays("vllm", 1, left).await;
+    // And after a whole quiet idle period, to zero.
+    env.wait_ready("vllm", 0).await;
+    assert!(
+        quiet.elapsed() >= Duration::from_secs(IDLE),
+        "went to zero {:?} into the quiet spell",
+        quiet.elapsed()
+    );
+    env.done().await;
+}
+
 /// A lost signal holds by default; with a fallback, after failureThreshold syncs the fleet runs at
 /// least fallback.replicas, and the first good reading hands control back to the signal.
 #[tokio::test]

@@ -435,7 +435,7 @@ impl<'a> Writer<'a> {
             return Ok(());
         }
         let api: Api<LLMScaler> = Api::namespaced(self.ctx.client.clone(), namespace);
-        let patch = json!({ "status": rendered });
+        let patch = json!({ "status": status::merge_patch(scaler.status.as_ref(), &rendered) });
         api.patch_status(
             &scaler.name_any(),
             &PatchParams::default(),

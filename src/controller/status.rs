@@ -3,6 +3,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
+use serde_json::Value;
 
 use super::error::SyncError;
 use crate::api::StartupStatus;
@@ -37,6 +38,40 @@ pub enum Outcome<'a> {
     },
     /// The sync stopped before a decision, or its write was refused.
     Failed(&'a SyncError),
+}
+
+/// The JSON merge patch (RFC 7386) that turns the `stored` status into `rendered`: the rendered
+/// status, plus a null for every field the stored one has and the rendered one leaves out, at any
+/// depth. A merge patch only removes what it names as null; without them an optional field that
+/// went away (a scale-to-zero idle timer that a new demand stopped, a history that emptied) would
+/// stay in the object, be read back at the next sync as if it were still true, and make every
+/// sync write the status again.
+pub fn merge_patch(stored: Option<&LLMScalerStatus>, rendered: &LLMScalerStatus) -> Value {
+    let rendered = serde_json::to_value(rendered).unwrap_or(Value::Null);
+    match stored.map(serde_json::to_value) {
+        Some(Ok(stored)) => removing(&stored, rendered),
+        _ => rendered,
+    }
+}
+
+/// `new`, with a null for each key of `old` that `new` lacks, in objects present in both.
+fn removing(old: &Value, new: Value) -> Value {
+    match (old, new) {
+        (Value::Object(old), Value::Object(mut new)) => {
+            for (key, was) in old {
+                match new.remove(key) {
+                    Some(now) => {
+                        new.insert(key.clone(), removing(was, now));
+                    }
+                    None => {
+                        new.insert(key.clone(), Value::Null);
+                    }
+                }
+            }
+            Value::Object(new)
+        }
+        (_, new) => new,
+    }
 }
 
 /// Identity of the scaler the status belongs to.
@@ -739,5 +774,85 @@ mod tests {
         // The change is remembered for the policy's period.
         assert_eq!(stored_memory(Some(&s), "u1", "t1").changes.len(), 1);
         assert_eq!(stored_startup(Some(&s)).map(|l| l.seconds), Some(180.0));
+    }
+
+    /// RFC 7386 applied, as the API server applies a status merge patch.
+    fn apply(target: &Value, patch: &Value) -> Value {
+        let Value::Object(patch) = patch else {
+            return patch.clone();
+        };
+        let mut out = match target {
+            Value::Object(o) => o.clone(),
+            _ => serde_json::Map::new(),
+        };
+        for (key, value) in patch {
+            if value.is_null() {
+                out.remove(key);
+            } else {
+                let merged = apply(out.get(key).unwrap_or(&Value::Null), value);
+                out.insert(key.clone(), merged);
+            }
+        }
+        Value::Object(out)
+    }
+
+    #[test]
+    fn the_status_patch_removes_what_went_away_at_any_depth() {
+        let entry = |at: i64| Recommendation {
+            time: Time(t(at)),
+            replicas: 3,
+        };
+        let stored = LLMScalerStatus {
+            current_replicas: 2,
+            desired_replicas: 3,
+            last_scale_time: Some(Time(t(0))),
+            scale_to_zero: Some(ScaleToZeroStatus {
+                phase: "Awake".into(),
+                idle_since: Some(Time(t(10))),
+                woke_at: Some(Time(t(5))),
+            }),
+            recommendation_history: Some(RecommendationHistory {
+                uid: "u1".into(),
+                target_uid: Some("t1".into()),
+                entries: vec![entry(1)],
+                scale_up_entries: vec![entry(2)],
+                changes: vec![entry(3)],
+            }),
+            syncs_without_signal: Some(2),
+            ..LLMScalerStatus::default()
+        };
+        let rendered = LLMScalerStatus {
+            current_replicas: 3,
+            scale_to_zero: Some(ScaleToZeroStatus {
+                phase: "Awake".into(),
+                idle_since: None,
+                woke_at: Some(Time(t(5))),
+            }),
+            recommendation_history: Some(RecommendationHistory {
+                scale_up_entries: Vec::new(),
+                changes: Vec::new(),
+                ..stored.recommendation_history.clone().unwrap()
+            }),
+            syncs_without_signal: None,
+            ..stored.clone()
+        };
+        let patch = merge_patch(Some(&stored), &rendered);
+        assert_eq!(patch["scaleToZero"]["idleSince"], Value::Null);
+        assert!(patch["scaleToZero"].get("idleSince").is_some(), "{patch}");
+        let applied = apply(&serde_json::to_value(&stored).unwrap(), &patch);
+        assert_eq!(
+            serde_json::from_value::<LLMScalerStatus>(applied).unwrap(),
+            rendered
+        );
+        // Without a stored status the patch is the rendered status itself.
+        assert_eq!(
+            merge_patch(None, &rendered),
+            serde_json::to_value(&rendered).unwrap()
+        );
+        // And a patch from a status to itself names nothing to remove.
+        assert_eq!(
+            merge_patch(Some(&rendered), &rendered),
+            serde_json::to_value(&rendered).unwrap()
+        );
     }
 }
