@@ -13,6 +13,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use llmscaleoperator::api::ScaleToZeroStatus;
 use serde_json::json;
 
 /// A Deployment at 1 and a scaler whose metric (2.0 against 0.8) asks for 3: returns once the
@@ -165,31 +166,11 @@ async fn scale_to_zero_wakes_on_the_activation_metric_and_stays_up_for_the_minim
     env.deployment("vllm", 0).await;
     env.set("router_rps", 0.0).await;
     let _operator = Operator::start(&env.client, &env.ns);
-    env.scaler(
-        "z",
-        "vllm",
-        json!({
-            "minReplicas": 0, "maxReplicas": 4,
-            // No series until pods exist: the way a per-pod vLLM query behaves at zero.
-            "metrics": [{ "name": "waiting", "query": env.query("waiting"), "target": "1" }],
-            "scaleToZero": {
-                "activationQuery": format!("sum({})", env.series("router_rps")),
-                "idleSeconds": 2,
-                "minAwakeSeconds": MIN_AWAKE,
-            }
-        }),
-    )
-    .await;
-    let phase = |env: &Env| {
-        let scalers = env.scalers();
-        async move {
-            let s = scalers.get("z").await.ok()?.status?;
-            Some(s.scale_to_zero?.phase)
-        }
-    };
+    scale_to_zero_scaler(&env, 2, MIN_AWAKE).await;
     common::eventually("the scaler to say AtZero", WAIT, || async {
         let (status, reason, _) = env.condition("z", "ScalingActive").await?;
-        (status == "True" && reason == "AtZero" && phase(&env).await? == "AtZero").then_some(())
+        (status == "True" && reason == "AtZero" && zero_status(&env).await?.phase == "AtZero")
+            .then_some(())
     })
     .await;
     env.stays("vllm", 0, Duration::from_secs(3)).await;
@@ -251,10 +232,34 @@ async fn scale_to_zero_wakes_on_the_activation_metric_and_stays_up_for_the_minim
         asked.elapsed()
     );
     common::eventually("the scaler to say AtZero again", WAIT, || async {
-        (phase(&env).await? == "AtZero").then_some(())
+        (zero_status(&env).await?.phase == "AtZero").then_some(())
     })
     .await;
     env.done().await;
+}
+
+/// Scaler `z` on Deployment `vllm`: a per-pod metric `waiting` (no series until pods exist, the
+/// way a per-pod vLLM query behaves at zero) and scaleToZero woken by `router_rps`.
+async fn scale_to_zero_scaler(env: &Env, idle_seconds: u64, min_awake_seconds: u64) {
+    env.scaler(
+        "z",
+        "vllm",
+        json!({
+            "minReplicas": 0, "maxReplicas": 4,
+            "metrics": [{ "name": "waiting", "query": env.query("waiting"), "target": "1" }],
+            "scaleToZero": {
+                "activationQuery": format!("sum({})", env.series("router_rps")),
+                "idleSeconds": idle_seconds,
+                "minAwakeSeconds": min_awake_seconds,
+            }
+        }),
+    )
+    .await;
+}
+
+/// status.scaleToZero of scaler `z`, once written.
+async fn zero_status(env: &Env) -> Option<ScaleToZeroStatus> {
+    env.scalers().get("z").await.ok()?.status?.scale_to_zero
 }
 
 /// Demand that returns during the idle period stops its timer, in the stored status too: the next
@@ -268,36 +273,16 @@ async fn demand_that_returns_restarts_the_idle_period() {
     env.set("waiting", 0.0).await;
     env.set("router_rps", 0.0).await;
     let _operator = Operator::start(&env.client, &env.ns);
-    env.scaler(
-        "z",
-        "vllm",
-        json!({
-            "minReplicas": 0, "maxReplicas": 4,
-            "metrics": [{ "name": "waiting", "query": env.query("waiting"), "target": "1" }],
-            "scaleToZero": {
-                "activationQuery": format!("sum({})", env.series("router_rps")),
-                "idleSeconds": IDLE,
-                "minAwakeSeconds": 0,
-            }
-        }),
-    )
-    .await;
-    let idle_since = |env: &Env| {
-        let scalers = env.scalers();
-        async move {
-            let s = scalers.get("z").await.ok()?.status?;
-            Some(s.scale_to_zero?.idle_since)
-        }
-    };
+    scale_to_zero_scaler(&env, IDLE, 0).await;
     // Quiet: the idle timer starts.
     common::eventually("status.scaleToZero.idleSince", WAIT, || async {
-        idle_since(&env).await.flatten().map(|_| ())
+        zero_status(&env).await?.idle_since.map(|_| ())
     })
     .await;
     // Demand returns before the idle period is over: the timer is gone from the stored status.
     env.set("router_rps", 3.0).await;
     common::eventually("idleSince removed from the status", WAIT, || async {
-        (idle_since(&env).await == Some(None)).then_some(())
+        (zero_status(&env).await.map(|z| z.idle_since) == Some(None)).then_some(())
     })
     .await;
     // Busy for longer than an idle period, then quiet again: the fleet stays up while the new
@@ -306,7 +291,7 @@ async fn demand_that_returns_restarts_the_idle_period() {
     env.set("router_rps", 0.0).await;
     let quiet = Instant::now();
     common::eventually("the new idle timer", WAIT, || async {
-        idle_since(&env).await.flatten().map(|_| ())
+        zero_status(&env).await?.idle_since.map(|_| ())
     })
     .await;
     let left = Duration::from_secs(IDLE).saturating_sub(quiet.elapsed() + Duration::from_secs(3));
