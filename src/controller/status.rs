@@ -47,7 +47,11 @@ pub enum Outcome<'a> {
 /// stay in the object, be read back at the next sync as if it were still true, and make every
 /// sync write the status again.
 pub fn merge_patch(stored: Option<&LLMScalerStatus>, rendered: &LLMScalerStatus) -> Value {
-    let rendered = serde_json::to_value(rendered).unwrap_or(Value::Null);
+    // A status is plain data and always serializes; were it ever not to, an empty patch changes
+    // nothing, where a null would delete the whole status.
+    let Ok(rendered) = serde_json::to_value(rendered) else {
+        return Value::Object(serde_json::Map::new());
+    };
     match stored.map(serde_json::to_value) {
         Some(Ok(stored)) => removing(&stored, rendered),
         _ => rendered,
