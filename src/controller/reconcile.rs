@@ -241,7 +241,7 @@ async fn observe(
         _ => (decide(&input), None),
     };
     // Counted with or without a fallback: status says how long the signal has been gone.
-    let health = signal_health(&decision, observed.spec_replicas, activation_read);
+    let health = signal_health(&decision, &observed, activation_read);
     let before = status::stored_syncs_without_signal(scaler.status.as_ref());
     let (decision, syncs_without_signal) = match crate::api::behavior::fallback_rules(spec) {
         Some(rules) => with_fallback(decision, &rules, health, before, &input),

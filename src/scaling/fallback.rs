@@ -2,7 +2,7 @@
 //! syncs without a usable one, a team may rather run at least a known count than whatever the
 //! fleet happened to have when the signal went away.
 
-use super::decision::{Decision, HoldReason, Input, Reason};
+use super::decision::{Decision, HoldReason, Input, Reason, TargetState};
 use super::stabilization::{Entry, Hold, record};
 
 /// The spec's fallback, in the core's terms.
@@ -26,13 +26,16 @@ pub enum SignalHealth {
     NotExpected,
 }
 
-/// How this sync's `decision` counts, for a target at `current` replicas; `activation` is, under
-/// scale-to-zero, whether the activation query was read (it is a signal of its own: a fleet
-/// waking from zero has no per-pod metric yet, and has not lost its signal).
-pub fn health(decision: &Decision, current: i32, activation: Option<bool>) -> SignalHealth {
-    if decision.recommendation.is_some() || activation == Some(true) {
+/// How this sync's `decision` counts for `target`; `activation` is, under scale-to-zero, whether
+/// the activation query was read. That query stands in for the per-pod metrics only while no
+/// replica is Ready (at zero, or woken and starting): those have nothing to measure then. Once a
+/// replica serves, the per-pod metrics are the signal, and losing them is a loss even if the
+/// router's metric still reads.
+pub fn health(decision: &Decision, target: &TargetState, activation: Option<bool>) -> SignalHealth {
+    let serving = target.ready_replicas > 0;
+    if decision.recommendation.is_some() || (activation == Some(true) && !serving) {
         SignalHealth::Usable
-    } else if current <= 0 && activation.is_none() {
+    } else if target.spec_replicas <= 0 && activation.is_none() {
         SignalHealth::NotExpected
     } else {
         SignalHealth::Lost
@@ -107,7 +110,7 @@ mod tests {
     fn run(value: Option<f64>, spec: i32, before: u32, rules: &FallbackRules) -> (Decision, u32) {
         let i = input(value, spec);
         let d = decide(&i);
-        let h = health(&d, spec, None);
+        let h = health(&d, &i.target, None);
         with_fallback(d, rules, h, before, &i)
     }
 
@@ -156,11 +159,31 @@ mod tests {
     #[test]
     fn at_zero_without_activation_nothing_counts() {
         let d = decision(None, 0);
-        assert_eq!(health(&d, 0, None), SignalHealth::NotExpected);
-        assert_eq!(health(&d, 0, Some(false)), SignalHealth::Lost);
-        assert_eq!(health(&d, 0, Some(true)), SignalHealth::Usable);
-        assert_eq!(health(&d, 1, Some(true)), SignalHealth::Usable, "waking");
+        let at = |spec, ready| TargetState {
+            spec_replicas: spec,
+            ready_replicas: ready,
+            rollout: None,
+        };
+        assert_eq!(health(&d, &at(0, 0), None), SignalHealth::NotExpected);
+        assert_eq!(health(&d, &at(0, 0), Some(false)), SignalHealth::Lost);
+        assert_eq!(health(&d, &at(0, 0), Some(true)), SignalHealth::Usable);
+        assert_eq!(
+            health(&d, &at(1, 0), Some(true)),
+            SignalHealth::Usable,
+            "waking"
+        );
         let (d, n) = with_fallback(d, &RULES, SignalHealth::NotExpected, 5, &input(None, 0));
         assert_eq!((d.write, n), (None, 0));
+    }
+
+    #[test]
+    fn a_serving_fleet_that_loses_its_metrics_has_lost_its_signal_whatever_the_router_says() {
+        let d = decision(None, 2);
+        let serving = TargetState {
+            spec_replicas: 2,
+            ready_replicas: 2,
+            rollout: None,
+        };
+        assert_eq!(health(&d, &serving, Some(true)), SignalHealth::Lost);
     }
 }

@@ -162,9 +162,15 @@ pub fn decide_with_zero(
     } else {
         None
     };
+    let seconds = |since: Timestamp| (now - since).get_seconds().max(0);
+    // The wake-up is over once a replica serves and the minimum time awake has passed: a fleet
+    // that later has no Ready replica (crashing pods) is not Waking, and is held as any other.
+    let woke_at = memory.woke_at.filter(|&woke| {
+        input.target.ready_replicas <= 0 || seconds(woke) < rules.min_awake_seconds
+    });
     let next = ZeroMemory {
         idle_since,
-        woke_at: memory.woke_at,
+        woke_at,
     };
     let mut awake = decide(&Input {
         bounds: awake_floor,
@@ -174,7 +180,6 @@ pub fn decide_with_zero(
     // Only a fleet the metrics find (nearly) empty goes to sleep: the activation signal says there
     // is no new demand, the metrics that the work in flight is done.
     let metrics_allow = recommended.is_some_and(|r| r <= 1);
-    let seconds = |since: Timestamp| (now - since).get_seconds().max(0);
     let wait = if !idle {
         Some(AwakeWait::Active {
             activation,
@@ -187,7 +192,7 @@ pub fn decide_with_zero(
             for_seconds: seconds(since),
             of: rules.idle_seconds,
         })
-    } else if let Some(woke) = memory.woke_at
+    } else if let Some(woke) = woke_at
         && seconds(woke) < rules.min_awake_seconds
     {
         Some(AwakeWait::MinAwake {
@@ -199,7 +204,7 @@ pub fn decide_with_zero(
     };
 
     // Woken, and no replica Ready yet: the per-pod metrics have nothing to measure so far.
-    if let Some(since) = memory.woke_at
+    if let Some(since) = woke_at
         && input.target.ready_replicas <= 0
         && drop_expected_hold(&mut awake)
     {
@@ -376,6 +381,32 @@ mod tests {
             d.reasons,
             vec![Reason::Zero(ZeroReason::Waking { since: at(0) })]
         );
+    }
+
+    #[test]
+    fn a_wake_up_ends_once_a_replica_served_and_the_minimum_time_passed() {
+        let woke = ZeroMemory {
+            idle_since: None,
+            woke_at: Some(at(0)),
+        };
+        // Serving, but within the minimum time awake: the wake-up is remembered.
+        let (_, m) = decide_with_zero(&input(1, 1, Some(0.5), 100), &RULES, Ok(2.0), woke);
+        assert_eq!(m.woke_at, Some(at(0)));
+        // Serving past it: forgotten.
+        let (_, m) = decide_with_zero(&input(1, 1, Some(0.5), 5_000), &RULES, Ok(2.0), woke);
+        assert_eq!(m.woke_at, None);
+        // Hours later the pods crash: no longer Waking, held for want of a metric like any fleet.
+        let (d, m) = decide_with_zero(&input(1, 0, None, 9_000), &RULES, Ok(2.0), m);
+        assert_eq!(phase(&d, 1, 0, &m), ZeroPhase::Awake);
+        assert!(
+            d.reasons
+                .contains(&Reason::Held(HoldReason::NoUsableMetric)),
+            "{:?}",
+            d.reasons
+        );
+        // Still starting past the minimum time (a slow cold start): still Waking.
+        let (d, m) = decide_with_zero(&input(1, 0, None, 5_000), &RULES, Ok(2.0), woke);
+        assert_eq!(phase(&d, 1, 0, &m), ZeroPhase::Waking);
     }
 
     #[test]
