@@ -161,9 +161,13 @@ async fn scales_to_zero_on_an_idle_metric_and_wakes_from_zero() {
 /// the minimum time awake although every signal has dropped, and goes to zero after it.
 #[tokio::test]
 async fn scale_to_zero_wakes_on_the_activation_metric_and_stays_up_for_the_minimum_time() {
-    const MIN_AWAKE: u64 = 20;
+    const MIN_AWAKE: u64 = 30;
+    // Pods turn Ready this long after they are created, as a model loads: the scaler says
+    // Waking meanwhile.
+    const READY_AFTER: Duration = Duration::from_secs(5);
     let env = Env::new("zero-wake").await;
-    env.deployment("vllm", 0).await;
+    env.create_slow_deployment("vllm", 0, READY_AFTER).await;
+    env.wait_ready("vllm", 0).await;
     env.set("router_rps", 0.0).await;
     let _operator = Operator::start(&env.client, &env.ns);
     scale_to_zero_scaler(&env, 2, MIN_AWAKE).await;
@@ -199,14 +203,28 @@ async fn scale_to_zero_wakes_on_the_activation_metric_and_stays_up_for_the_minim
         "woken from zero: activation 3 is above the threshold 0",
     )
     .await;
+    common::eventually("the scaler to say Waking", WAIT, || async {
+        let (status, reason, message) = env.condition("z", "ScalingActive").await?;
+        (status == "True"
+            && reason == "Waking"
+            && message.contains("woken from zero")
+            && zero_status(&env).await?.phase == "Waking")
+            .then_some(())
+    })
+    .await;
     env.wait_ready("vllm", 1).await;
+    common::eventually("the scaler to say Awake", WAIT, || async {
+        (zero_status(&env).await?.phase == "Awake").then_some(())
+    })
+    .await;
 
     // Every signal drops at once: the per-pod metric appears at 0, the router goes quiet.
     env.set("waiting", 0.0).await;
     env.set("router_rps", 0.0).await;
     common::eventually("KeptAwake for the minimum time awake", WAIT, || async {
         let (_, reason, message) = env.condition("z", "ScalingLimited").await?;
-        (reason == "KeptAwake" && message.contains("minAwakeSeconds 20")).then_some(())
+        (reason == "KeptAwake" && message.contains(&format!("minAwakeSeconds {MIN_AWAKE}")))
+            .then_some(())
     })
     .await;
     let awake_for = served.elapsed();
@@ -1133,6 +1151,8 @@ async fn stored_history(
 
 #[tokio::test]
 async fn a_pause_pins_or_freezes_the_target_and_removing_it_resumes() {
+    // The scale-down window: long enough to tell a scale-down at once from one a window later.
+    const WINDOW: u64 = 16;
     let env = Env::new("pause").await;
     env.deployment("vllm", 2).await;
     env.set("kv", 1.0).await;
@@ -1142,7 +1162,8 @@ async fn a_pause_pins_or_freezes_the_target_and_removing_it_resumes() {
         "vllm",
         json!({
             "minReplicas": 1, "maxReplicas": 6,
-            "metrics": [{ "query": env.query("kv"), "target": "1" }]
+            "metrics": [{ "query": env.query("kv"), "target": "1" }],
+            "scaleDown": { "stabilizationWindowSeconds": WINDOW }
         }),
     )
     .await;
@@ -1166,6 +1187,19 @@ async fn a_pause_pins_or_freezes_the_target_and_removing_it_resumes() {
     };
     const PINNED: &str = "autoscaling.modelsphere.dev/paused-replicas";
     const FROZEN: &str = "autoscaling.modelsphere.dev/paused";
+
+    // A pin above maxReplicas is refused, named, and changes nothing.
+    annotate(json!({ PINNED: "9" })).await;
+    let message = common::eventually("the pin above maxReplicas refused", WAIT, || async {
+        let (status, reason, message) = env.condition("p", "Ready").await?;
+        (status == "False" && reason == "InvalidAnnotation").then_some(message)
+    })
+    .await;
+    assert!(
+        message.contains(PINNED) && message.contains("maxReplicas"),
+        "{message}"
+    );
+    env.stays("vllm", 2, Duration::from_secs(3)).await;
 
     // Pinned at 4 while the signal asks for 2.
     annotate(json!({ PINNED: "4" })).await;
@@ -1196,5 +1230,36 @@ async fn a_pause_pins_or_freezes_the_target_and_removing_it_resumes() {
     env.wait_ready("vllm", 6).await;
     let (status, _, _) = env.condition("p", "ScalingActive").await.unwrap();
     assert_eq!(status, "True");
+    assert!(operator.metrics.encode().unwrap().contains(&format!(
+        r#"llmscaleoperator_paused{{namespace="{}",scaler="p"}} 0"#,
+        env.ns
+    )));
+
+    // Frozen again while the demand falls: the scale-down window goes on recording what the
+    // signal says, so once the 6 from before the pause has left it, removing the pause scales
+    // down at once, not a window later on a recommendation from before the pause.
+    annotate(json!({ FROZEN: "true" })).await;
+    env.wait_event("p", "Paused", "Deployment/vllm frozen at 6")
+        .await;
+    env.set("kv", 0.2).await;
+    common::eventually(
+        "the window to hold only what the frozen signal said",
+        Duration::from_secs(60),
+        || async {
+            let history = stored_history(&env, "p").await?;
+            (!history.entries.is_empty() && history.entries.iter().all(|e| e.replicas == 2))
+                .then_some(())
+        },
+    )
+    .await;
+    env.stays("vllm", 6, Duration::from_secs(2)).await;
+    let unpaused = Instant::now();
+    annotate(json!({ FROZEN: null })).await;
+    env.wait_ready("vllm", 2).await;
+    assert!(
+        unpaused.elapsed() < Duration::from_secs(WINDOW / 2),
+        "scaled down {:?} after the pause ended",
+        unpaused.elapsed()
+    );
     env.done().await;
 }
