@@ -534,6 +534,70 @@ fn invalid_cases() -> Vec<Case> {
             "should be greater than or equal to 1",
         ],
     });
+    cases.push(Case {
+        what: "a fallback with too high a threshold",
+        spec: with(
+            valid_spec(),
+            "/fallback",
+            json!({ "failureThreshold": 1001, "replicas": 2 }),
+        ),
+        expect: vec![
+            "spec.fallback.failureThreshold",
+            "should be less than or equal to 1000",
+        ],
+    });
+    cases.push(Case {
+        what: "a fallback of no replicas",
+        spec: with(
+            valid_spec(),
+            "/fallback",
+            json!({ "failureThreshold": 3, "replicas": 0 }),
+        ),
+        expect: vec![
+            "spec.fallback.replicas",
+            "should be greater than or equal to 1",
+        ],
+    });
+    for (field, value, expect) in [
+        ("idleSeconds", -1, "should be greater than or equal to 0"),
+        (
+            "idleSeconds",
+            86_401,
+            "should be less than or equal to 86400",
+        ),
+        (
+            "minAwakeSeconds",
+            -1,
+            "should be greater than or equal to 0",
+        ),
+        (
+            "minAwakeSeconds",
+            86_401,
+            "should be less than or equal to 86400",
+        ),
+    ] {
+        cases.push(Case {
+            what: "a scaleToZero period out of range",
+            spec: to_zero(json!({ "activationQuery": "sum(x)", field: value })),
+            expect: vec![
+                match field {
+                    "idleSeconds" => "spec.scaleToZero.idleSeconds",
+                    _ => "spec.scaleToZero.minAwakeSeconds",
+                },
+                expect,
+            ],
+        });
+    }
+    for (path, secret) in [
+        ("/serverAuth", json!({ "basic": { "secretName": "" } })),
+        ("/serverAuth", json!({ "bearer": { "secretName": "" } })),
+    ] {
+        cases.push(Case {
+            what: "a Secret without a name",
+            spec: with(valid_spec(), path, secret),
+            expect: vec!["secretName", "should be at least 1 chars long"],
+        });
+    }
     for bad in ["apps", "Apps/V1", "/v1", "apps/", "apps/1", "apps/v1/extra"] {
         cases.push(Case {
             what: "a targetRef.apiVersion without a group/version shape",

@@ -82,7 +82,8 @@ async fn an_hpa_or_an_older_scaler_on_the_target_stops_every_write_until_it_goes
         "HorizontalPodAutoscaler vllm",
     )
     .await;
-    env.assert_told_once("first", "ConflictingAutoscaler").await;
+    let told = env.assert_told_once("first", "ConflictingAutoscaler").await;
+    assert_eq!(told.type_.as_deref(), Some("Warning"), "{told:?}");
 
     // The HPA goes: the scaler takes over.
     hpas.delete("vllm", &DeleteParams::default()).await.unwrap();
@@ -90,9 +91,17 @@ async fn an_hpa_or_an_older_scaler_on_the_target_stops_every_write_until_it_goes
     let (ready, reason, _) = env.condition("first", "Ready").await.unwrap();
     assert_eq!((ready.as_str(), reason.as_str()), ("True", "Synced"));
 
-    // A second scaler on the same target: the younger one stands aside, the older keeps it.
-    env.scaler("second", "vllm", spec).await;
+    // A second scaler on the same target, whose bounds alone would take the fleet to 4: the
+    // younger one stands aside and writes nothing, the older keeps it.
+    let mut second = spec;
+    second["maxReplicas"] = json!(4);
+    env.scaler("second", "vllm", second).await;
     wait_reason(&env, "second", "ConflictingAutoscaler", "LLMScaler first").await;
+    env.stays("vllm", 6, Duration::from_secs(4)).await;
+    let told = env
+        .assert_told_once("second", "ConflictingAutoscaler")
+        .await;
+    assert_eq!(told.type_.as_deref(), Some("Warning"), "{told:?}");
     let (ready, _, _) = env.condition("first", "Ready").await.unwrap();
     assert_eq!(ready, "True", "the first scaler is not disturbed");
     env.done().await;

@@ -2,7 +2,8 @@
 //! through serverTLS and serverAuth whose material lives in Secrets: a real Prometheus started
 //! with --web.config.file (basic auth), and a decision server on rustls that verifies client
 //! certificates (a bearer token). The scaler scales on each; a missing Secret or a malformed
-//! certificate is a clear condition and no write; a rotated Secret is picked up.
+//! certificate is a clear condition and no write; a mended CA, a rotated client certificate and a
+//! rotated password are picked up.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -180,7 +181,10 @@ async fn scales_on_a_prometheus_behind_a_private_ca_client_certificates_and_basi
     env.scaler(
         "bad-ca",
         "broken",
-        spec(json!({ "ca": { "secretName": "not-there" } })),
+        spec(json!({
+            "ca": { "secretName": "not-there" },
+            "clientCertificate": { "secretName": "prom-client" }
+        })),
     )
     .await;
     common::eventually("SecretUnavailable", WAIT, || async {
@@ -207,22 +211,64 @@ async fn scales_on_a_prometheus_behind_a_private_ca_client_certificates_and_basi
     );
     env.stays("broken", 1, Duration::from_secs(2)).await;
 
-    // Rotation: a wrong password in the Secret is used within the refresh period, and the
-    // right one again after it.
+    // The CA is mended in the Secret: re-read within the refresh period, a new client, it scales.
     let secrets: Api<Secret> = Api::namespaced(env.client.clone(), &env.ns);
-    let set_password = |password: &'static str| {
+    let set = |name: &'static str, data: serde_json::Value| {
         let secrets = secrets.clone();
         async move {
             secrets
                 .patch(
-                    "prom-basic",
+                    name,
                     &PatchParams::default(),
-                    &Patch::Merge(json!({ "stringData": { "password": password } })),
+                    &Patch::Merge(json!({ "stringData": data })),
                 )
                 .await
                 .unwrap();
         }
     };
+    set("not-there", json!({ "ca.crt": pki.ca })).await;
+    common::eventually(
+        "the mended CA to be used",
+        Duration::from_secs(60),
+        || async { (env.spec_replicas("broken").await == 3).then_some(()) },
+    )
+    .await;
+
+    // The client certificate is rotated to one the server does not trust: refused, held; and
+    // back to the trusted one: scaling again.
+    let stranger = self::pki();
+    set(
+        "prom-client",
+        json!({ "tls.crt": stranger.client.0, "tls.key": stranger.client.1 }),
+    )
+    .await;
+    common::eventually(
+        "the untrusted client certificate to be used",
+        Duration::from_secs(60),
+        || async {
+            let (_, reason, _) = env.condition("secure", "ScalingActive").await?;
+            (reason == "NoUsableMetric").then_some(())
+        },
+    )
+    .await;
+    set(
+        "prom-client",
+        json!({ "tls.crt": pki.client.0, "tls.key": pki.client.1 }),
+    )
+    .await;
+    common::eventually(
+        "the trusted client certificate again",
+        Duration::from_secs(60),
+        || async {
+            let (_, reason, _) = env.condition("secure", "ScalingActive").await?;
+            (reason == "ValidMetric").then_some(())
+        },
+    )
+    .await;
+
+    // Rotation: a wrong password in the Secret is used within the refresh period, and the
+    // right one again after it.
+    let set_password = |password: &'static str| set("prom-basic", json!({ "password": password }));
     set_password("wrong").await;
     common::eventually(
         "the rotated password to be used",

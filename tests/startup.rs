@@ -9,39 +9,16 @@ use std::time::Duration;
 
 use common::Operator;
 use common::env::{Env, WAIT};
-use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::PostParams;
 use serde_json::json;
 
 /// Seconds between a pod's creation and its Ready condition (kwok's pod-ready-delayed stage).
 const READY_AFTER: u64 = 6;
 
-async fn slow_deployment(env: &Env, name: &str, replicas: i32) {
-    let d: Deployment = serde_json::from_value(json!({
-        "metadata": { "name": name },
-        "spec": {
-            "replicas": replicas,
-            "selector": { "matchLabels": { "app": name } },
-            "template": {
-                "metadata": {
-                    "labels": { "app": name },
-                    "annotations": { "llmscaleoperator.test/ready-after": format!("{READY_AFTER}s") }
-                },
-                "spec": { "containers": [{ "name": "vllm", "image": "registry.k8s.io/pause:3.10" }] }
-            }
-        }
-    }))
-    .unwrap();
-    env.deployments()
-        .create(&PostParams::default(), &d)
-        .await
-        .unwrap();
-}
-
 #[tokio::test]
 async fn a_step_with_slow_pods_is_one_scale_up_to_the_right_size_not_a_cascade() {
     let env = Env::new("startup").await;
-    slow_deployment(&env, "slow", 2).await;
+    env.create_slow_deployment("slow", 2, Duration::from_secs(READY_AFTER))
+        .await;
     env.wait_ready("slow", 2).await;
     // A fleet total (requests in flight over every pod) against 8 per replica: 16 needs 2.
     env.set("inflight", 16.0).await;

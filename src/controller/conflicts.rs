@@ -31,7 +31,7 @@ const SCALED_OBJECT_KIND: &str = "ScaledObject";
 #[derive(Debug, Error)]
 pub enum ConflictCheckError {
     #[error(
-        "cannot tell whether another autoscaler targets this object: the watch of {kind} has not listed within {}s (does the operator may list and watch them?)",
+        "cannot tell whether another autoscaler targets this object: the watch of {kind} has not listed within {}s (may the operator list and watch them?)",
         SYNC_TIMEOUT.as_secs()
     )]
     NotSynced { kind: &'static str },

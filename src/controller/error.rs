@@ -84,11 +84,12 @@ pub enum FailureReason {
     InvalidSpec,
     InvalidAnnotation,
     ConflictingAutoscaler,
+    ConflictCheckFailed,
     ScaleFailed,
 }
 
 impl FailureReason {
-    pub const ALL: [FailureReason; 11] = [
+    pub const ALL: [FailureReason; 12] = [
         Self::UnknownTargetKind,
         Self::TargetUnavailable,
         Self::TargetNotFound,
@@ -99,6 +100,7 @@ impl FailureReason {
         Self::InvalidSpec,
         Self::InvalidAnnotation,
         Self::ConflictingAutoscaler,
+        Self::ConflictCheckFailed,
         Self::ScaleFailed,
     ];
 
@@ -114,6 +116,7 @@ impl FailureReason {
             Self::InvalidSpec => "InvalidSpec",
             Self::InvalidAnnotation => "InvalidAnnotation",
             Self::ConflictingAutoscaler => "ConflictingAutoscaler",
+            Self::ConflictCheckFailed => "ConflictCheckFailed",
             Self::ScaleFailed => "ScaleFailed",
         }
     }
@@ -131,7 +134,8 @@ impl SyncError {
             Self::TargetLookup(TargetLookupError::UnknownKind { .. }) => {
                 FailureReason::UnknownTargetKind
             }
-            Self::TargetLookup(_) | Self::ConflictCheck(_) => FailureReason::TargetUnavailable,
+            Self::TargetLookup(_) => FailureReason::TargetUnavailable,
+            Self::ConflictCheck(_) => FailureReason::ConflictCheckFailed,
             Self::ConflictingAutoscaler { .. } => FailureReason::ConflictingAutoscaler,
             Self::TargetNotFound { .. } => FailureReason::TargetNotFound,
             Self::InvalidTarget(_) => FailureReason::InvalidTarget,

@@ -97,13 +97,31 @@ impl Env {
 
     /// Creates the Deployment without waiting for its pods.
     pub async fn create_deployment(&self, name: &str, replicas: i32) {
+        self.create_deployment_with(name, replicas, json!({})).await;
+    }
+
+    /// Creates the Deployment whose pods turn Ready `ready_after` after they are created (kwok's
+    /// pod-ready-delayed stage, as a model loads), without waiting for them.
+    pub async fn create_slow_deployment(&self, name: &str, replicas: i32, ready_after: Duration) {
+        let delay = format!("{}s", ready_after.as_secs());
+        let annotations = json!({ "llmscaleoperator.test/ready-after": delay });
+        self.create_deployment_with(name, replicas, annotations)
+            .await;
+    }
+
+    async fn create_deployment_with(
+        &self,
+        name: &str,
+        replicas: i32,
+        pod_annotations: serde_json::Value,
+    ) {
         let d: Deployment = serde_json::from_value(json!({
             "metadata": { "name": name, "labels": { "app": name, "owner": "helm" }, "annotations": { "note": "keep" } },
             "spec": {
                 "replicas": replicas,
                 "selector": { "matchLabels": { "app": name } },
                 "template": {
-                    "metadata": { "labels": { "app": name } },
+                    "metadata": { "labels": { "app": name }, "annotations": pod_annotations },
                     "spec": { "containers": [{ "name": "vllm", "image": "registry.k8s.io/pause:3.10" }] }
                 }
             }
@@ -220,8 +238,8 @@ impl Env {
     }
 
     /// Asserts that `reason` was told about `scaler` exactly once: one event, never repeated into
-    /// a series (each repeat would be an API write for nothing new).
-    pub async fn assert_told_once(&self, scaler: &str, reason: &str) {
+    /// a series (each repeat would be an API write for nothing new); returns that event.
+    pub async fn assert_told_once(&self, scaler: &str, reason: &str) -> Event {
         let told: Vec<Event> = self
             .events_about(scaler)
             .await
@@ -234,6 +252,7 @@ impl Env {
             "{reason} repeated: {:?}",
             told[0].series
         );
+        told.into_iter().next().expect("one event")
     }
 
     pub async fn wait_event(&self, scaler: &str, reason: &str, fragment: &str) -> String {
