@@ -41,12 +41,18 @@ RELEASE ?= llmscaleoperator
 NAMESPACE ?= llmscaleoperator
 HELM_FLAGS ?=
 
-deploy: ## Install the chart with IMG=<registry>/llmscaleoperator:<tag> (RELEASE, NAMESPACE, HELM_FLAGS)
+# --take-ownership (Helm 3.17+): a CRD applied with kubectl before (make demo, "From the binary")
+# is adopted by the release instead of refusing the install.
+deploy: ## Install the chart with IMG=<registry>/llmscaleoperator:<tag> or @sha256:<digest> (RELEASE, NAMESPACE, HELM_FLAGS)
 	@test -n "$(IMG)" || { echo "usage: make deploy IMG=<registry>/llmscaleoperator:<tag>" >&2; exit 2; }
-	@repo="$(IMG)"; tag=""; \
-	case "$${repo##*/}" in *:*) tag="$${repo##*:}"; repo="$${repo%:*}";; esac; \
+	@repo="$(IMG)"; tag=""; digest=""; \
+	case "$$repo" in \
+	  *@*) digest="$${repo##*@}"; repo="$${repo%@*}";; \
+	  *) case "$${repo##*/}" in *:*) tag="$${repo##*:}"; repo="$${repo%:*}";; esac;; \
+	esac; \
 	set -x; $(HELM) upgrade --install $(RELEASE) chart --namespace $(NAMESPACE) --create-namespace \
-	  --set manager.image.repository="$$repo" --set manager.image.tag="$$tag" $(HELM_FLAGS)
+	  --take-ownership --set manager.image.repository="$$repo" --set manager.image.tag="$$tag" \
+	  --set manager.image.digest="$$digest" $(HELM_FLAGS)
 
 undeploy: ## Uninstall the chart's release (the CRD stays unless crd.keep=false)
 	$(HELM) uninstall $(RELEASE) --namespace $(NAMESPACE)

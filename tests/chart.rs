@@ -6,6 +6,7 @@
 mod common;
 
 use std::process::Command;
+use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -195,7 +196,8 @@ fn the_defaults_install_the_whole_operator() {
     // Two replicas: spread over nodes by default, softly.
     let spread = &pod["topologySpreadConstraints"][0];
     assert_eq!(spread["topologyKey"], "kubernetes.io/hostname");
-    assert_eq!(spread["whenUnsatisfiable"], "ScheduleAnyway");
+    assert_eq!(spread["whenUnsatisfiable"], "DoNotSchedule");
+    assert_eq!(spread["nodeTaintsPolicy"], "Honor");
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
     assert_eq!(
         pod["securityContext"]["seccompProfile"]["type"],
@@ -575,22 +577,22 @@ async fn helm_install_is_accepted_by_the_real_apiserver() {
     let ns = common::namespace(&client, "chart-install").await;
     let kubeconfig = common::kubeconfig_path();
     let kubeconfig = kubeconfig.to_str().unwrap();
-    // As the README says: make deploy. The CRD is already there (the other tests install it):
-    // the release takes it over, as an upgrade from a kubectl-applied CRD would.
+    // As the README says: make deploy. The CRD is already there, applied without Helm (the other
+    // tests install it, as make demo does): the release takes it over.
     let image = "registry.local:5000/team/llmscaleoperator:v9.9.9";
-    let make = |target: &str| {
+    let make_with = |target: &str, image: &str| {
         Command::new("make")
             .arg(target)
             .arg(format!("IMG={image}"))
             .arg("RELEASE=chart-it")
             .arg(format!("NAMESPACE={ns}"))
             .arg("HELM=target/cluster/bin/helm")
-            .arg("HELM_FLAGS=--take-ownership")
             .env("KUBECONFIG", kubeconfig)
             .current_dir(common::repo_root())
             .output()
             .unwrap()
     };
+    let make = |target: &str| make_with(target, image);
     // Another provider (here, KEDA's metrics server) holds the external metrics API: the install
     // says so and what to set, and creates nothing, instead of taking the API away from it.
     let apiservices: Api<APIService> = Api::all(client.clone());
@@ -681,6 +683,62 @@ async fn helm_install_is_accepted_by_the_real_apiserver() {
         Some(image),
         "make deploy installs the image it was given"
     );
+    // The two replicas on two nodes (the full profile has two), as the default spread says.
+    let selector = spec
+        .selector
+        .match_labels
+        .unwrap()
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), &ns);
+    let nodes = common::eventually(
+        "both replicas scheduled",
+        Duration::from_secs(60),
+        || async {
+            let list = pods
+                .list(&kube::api::ListParams::default().labels(&selector))
+                .await
+                .ok()?;
+            let nodes: std::collections::BTreeSet<String> = list
+                .items
+                .iter()
+                .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+                .collect();
+            (list.items.len() == 2
+                && list
+                    .items
+                    .iter()
+                    .all(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some())))
+            .then_some(nodes)
+        },
+    )
+    .await;
+    assert_eq!(nodes.len(), 2, "two replicas on one node: {nodes:?}");
+
+    // An image by digest.
+    let pinned = format!(
+        "registry.local:5000/team/llmscaleoperator@sha256:{}",
+        "ab".repeat(32)
+    );
+    let out = make_with("deploy", &pinned);
+    assert!(
+        out.status.success(),
+        "make deploy by digest: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let deployment = Api::<Deployment>::namespaced(client.clone(), &ns)
+        .get(name)
+        .await
+        .unwrap();
+    assert_eq!(
+        deployment.spec.unwrap().template.spec.unwrap().containers[0]
+            .image
+            .as_deref(),
+        Some(pinned.as_str())
+    );
+
     Api::<Service>::namespaced(client.clone(), &ns)
         .get(name)
         .await

@@ -73,10 +73,13 @@ async fn every_panel_of_the_dashboard_has_data_from_a_running_operator() {
         .spawn()
         .unwrap();
     let _operator = common::Spawned::new(operator);
-    let prometheus = Prometheus::scraping(&[
-        exporter.addr.unwrap(),
-        format!("127.0.0.1:{health}").parse().unwrap(),
-    ])
+    let prometheus = Prometheus::scraping_with_rules(
+        &[
+            exporter.addr.unwrap(),
+            format!("127.0.0.1:{health}").parse().unwrap(),
+        ],
+        &[common::repo_root().join("chart/files/alerts.yaml")],
+    )
     .await;
     prometheus.wait_for_value(&env.query("kv"), 2.0).await;
 
@@ -167,6 +170,73 @@ async fn every_panel_of_the_dashboard_has_data_from_a_running_operator() {
         };
         assert!(values.contains(&want), "{query}: {values:?}");
     }
+
+    // The alert rules, evaluated by the same Prometheus on the same exposition: each evaluates
+    // without error, and those whose condition holds here are pending for the scaler they are
+    // about (their `for` has not passed) and for no other.
+    let body: Value = http
+        .get(format!("{}/api/v1/rules", prometheus.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let rules: Vec<&Value> = body["data"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_array().unwrap())
+        .collect();
+    assert_eq!(rules.len(), 7, "{body}");
+    for rule in &rules {
+        assert_eq!(rule["health"], "ok", "{rule}");
+    }
+    let expected = [
+        ("LLMScalerAtMaxReplicas", "llama"),
+        ("LLMScalerTargetMissing", "orphan"),
+        ("LLMScalerQueryErrors", "broken"),
+        ("LLMScalerSignalLost", "broken"),
+    ];
+    let pending = || async {
+        let body: Value = http
+            .get(format!("{}/api/v1/query", prometheus.url))
+            .query(&[(
+                "query",
+                format!(
+                    "ALERTS{{namespace=\"{}\"}} or ALERTS{{namespace=\"\"}}",
+                    env.ns
+                ),
+            )])
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        let mut alerts: Vec<(String, String)> = body["data"]["result"]
+            .as_array()?
+            .iter()
+            .map(|a| {
+                let label = |k: &str| a["metric"][k].as_str().unwrap_or("").to_owned();
+                (label("alertname"), label("scaler"))
+            })
+            .collect();
+        alerts.sort();
+        Some(alerts)
+    };
+    let mut want: Vec<(String, String)> = expected
+        .iter()
+        .map(|(a, s)| (a.to_string(), s.to_string()))
+        .collect();
+    want.sort();
+    let got = common::eventually(
+        "the alerts this fleet deserves",
+        Duration::from_secs(60),
+        || async { pending().await.filter(|got| *got == want) },
+    )
+    .await;
+    assert_eq!(got, want);
     env.done().await;
 }
 

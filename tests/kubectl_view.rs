@@ -25,12 +25,7 @@ async fn table(env: &Env) -> Value {
 }
 
 fn kubectl(args: &[&str]) -> String {
-    let out = std::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(common::kubeconfig_path())
-        .args(args)
-        .output()
-        .expect("kubectl is installed");
+    let out = common::kubectl(args);
     assert!(
         out.status.success(),
         "kubectl {args:?}: {}",

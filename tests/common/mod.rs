@@ -451,6 +451,23 @@ pub fn helm(args: &[&str]) -> std::process::Output {
         .unwrap_or_else(|e| panic!("cannot run {} ({e}); `make test` builds it", helm.display()))
 }
 
+/// Runs the kubectl the local control plane's build made (the version the apiserver is), against
+/// that control plane.
+pub fn kubectl(args: &[&str]) -> std::process::Output {
+    let kubectl = repo_root().join("target/cluster/bin/kubectl");
+    std::process::Command::new(&kubectl)
+        .arg("--kubeconfig")
+        .arg(kubeconfig_path())
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run {} ({e}); `make test` builds it",
+                kubectl.display()
+            )
+        })
+}
+
 /// A child process that is killed when the test lets go of it, panics included: a failed test
 /// must not leave an operator running against the shared control plane.
 pub struct Spawned(Option<std::process::Child>);

@@ -92,13 +92,21 @@ impl Prometheus {
 
     /// Starts Prometheus scraping `targets` every second and waits until it is ready.
     pub async fn scraping(targets: &[std::net::SocketAddr]) -> Self {
-        Self::launch(&static_job(targets), None).await
+        Self::launch(&static_job(targets), None, &[]).await
+    }
+
+    /// [`Prometheus::scraping`], evaluating the rules of `rule_files` every second.
+    pub async fn scraping_with_rules(
+        targets: &[std::net::SocketAddr],
+        rule_files: &[std::path::PathBuf],
+    ) -> Self {
+        Self::launch(&static_job(targets), None, rule_files).await
     }
 
     /// Starts Prometheus with these `scrape_configs` entries (YAML list items, indented by
     /// two spaces), scraping every second.
     pub async fn with_scrape_configs(scrape_configs: &str) -> Self {
-        Self::launch(scrape_configs, None).await
+        Self::launch(scrape_configs, None, &[]).await
     }
 
     /// Starts Prometheus scraping `exporter` behind `web_config` (the `--web.config.file`
@@ -108,11 +116,16 @@ impl Prometheus {
         Self::launch(
             &static_job(&[exporter.addr.unwrap()]),
             Some((web_config, http)),
+            &[],
         )
         .await
     }
 
-    async fn launch(scrape_configs: &str, web: Option<(&str, reqwest::Client)>) -> Self {
+    async fn launch(
+        scrape_configs: &str,
+        web: Option<(&str, reqwest::Client)>,
+        rule_files: &[std::path::PathBuf],
+    ) -> Self {
         let binary = which_prometheus();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -122,8 +135,16 @@ impl Prometheus {
         let dir =
             std::env::temp_dir().join(format!("llmscaler-prom-{}-{port}", std::process::id()));
         std::fs::create_dir_all(dir.join("data")).unwrap();
+        let rules: String = rule_files
+            .iter()
+            .map(|f| format!("  - {}\n", f.display()))
+            .collect();
+        let rules = match rules.is_empty() {
+            true => String::new(),
+            false => format!("rule_files:\n{rules}"),
+        };
         let config = format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n{scrape_configs}"
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n{rules}scrape_configs:\n{scrape_configs}"
         );
         std::fs::write(dir.join("prometheus.yml"), config).unwrap();
         let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
