@@ -742,15 +742,13 @@ pub struct LLMScalerStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub startup: Option<StartupStatus>,
 
-    /// Where the target is in its sleep cycle, under scaleToZero. (Written as null when it
-    /// goes, so the status merge patch removes it.)
-    #[serde(default)]
+    /// Where the target is in its sleep cycle, under scaleToZero.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale_to_zero: Option<ScaleToZeroStatus>,
 
     /// Consecutive syncs without a usable signal (what fallback.failureThreshold counts); absent
-    /// while the signal is fine. (Written as null when the signal returns, so the status merge
-    /// patch removes it.)
-    #[serde(default)]
+    /// while the signal is fine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub syncs_without_signal: Option<i32>,
 }
 
