@@ -486,6 +486,14 @@ fn invalid_cases() -> Vec<Case> {
         expect: vec!["spec.scaleToZero.activationQuery", "Required value"],
     });
     cases.push(Case {
+        what: "scaleToZero with an empty activation query",
+        spec: to_zero(json!({ "activationQuery": "" })),
+        expect: vec![
+            "spec.scaleToZero.activationQuery",
+            "should be at least 1 chars long",
+        ],
+    });
+    cases.push(Case {
         what: "serverTLS over plain HTTP",
         spec: with(
             valid_spec(),
@@ -588,13 +596,36 @@ fn invalid_cases() -> Vec<Case> {
             ],
         });
     }
-    for (path, secret) in [
-        ("/serverAuth", json!({ "basic": { "secretName": "" } })),
-        ("/serverAuth", json!({ "bearer": { "secretName": "" } })),
+    let https = with(
+        valid_spec(),
+        "/serverAddress",
+        json!("https://prometheus:9090"),
+    );
+    for (spec, path, secret) in [
+        (
+            valid_spec(),
+            "/serverAuth",
+            json!({ "basic": { "secretName": "" } }),
+        ),
+        (
+            valid_spec(),
+            "/serverAuth",
+            json!({ "bearer": { "secretName": "" } }),
+        ),
+        (
+            https.clone(),
+            "/serverTLS",
+            json!({ "ca": { "secretName": "" } }),
+        ),
+        (
+            https.clone(),
+            "/serverTLS",
+            json!({ "clientCertificate": { "secretName": "" } }),
+        ),
     ] {
         cases.push(Case {
             what: "a Secret without a name",
-            spec: with(valid_spec(), path, secret),
+            spec: with(spec, path, secret),
             expect: vec!["secretName", "should be at least 1 chars long"],
         });
     }

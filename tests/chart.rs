@@ -190,10 +190,15 @@ fn the_defaults_install_the_whole_operator() {
         )),
         "artifacthub.io/images is not the appVersion's image: {listed}"
     );
-    let labels = &deployment["metadata"]["labels"];
-    assert_eq!(labels["app.kubernetes.io/component"], "controller");
-    assert_eq!(labels["app.kubernetes.io/part-of"], "llmscaleoperator");
-    // Two replicas: spread over nodes by default, softly.
+    // On the Deployment and on its pods (what a PodMonitor or a log query selects on).
+    for labels in [
+        &deployment["metadata"]["labels"],
+        &deployment["spec"]["template"]["metadata"]["labels"],
+    ] {
+        assert_eq!(labels["app.kubernetes.io/component"], "controller");
+        assert_eq!(labels["app.kubernetes.io/part-of"], "llmscaleoperator");
+    }
+    // Two replicas: spread over nodes by default, never two on one node.
     let spread = &pod["topologySpreadConstraints"][0];
     assert_eq!(spread["topologyKey"], "kubernetes.io/hostname");
     assert_eq!(spread["whenUnsatisfiable"], "DoNotSchedule");
@@ -405,7 +410,9 @@ fn each_toggle_renders_what_it_says() {
         "networkPolicy.enabled=true",
     ])
     .unwrap();
-    assert!(find(&monitored, "ServiceMonitor", "t-llmscaleoperator").is_some());
+    let monitor = find(&monitored, "ServiceMonitor", "t-llmscaleoperator").unwrap();
+    // The scaler's namespace label is the operator's to say, not the scrape target's.
+    assert_eq!(monitor["spec"]["endpoints"][0]["honorLabels"], true);
     assert!(find(&monitored, "NetworkPolicy", "t-llmscaleoperator").is_some());
     assert!(
         find(
@@ -441,6 +448,7 @@ fn each_toggle_renders_what_it_says() {
         &find(&secure, "ServiceMonitor", "t-llmscaleoperator").unwrap()["spec"]["endpoints"][0];
     assert_eq!(endpoint["port"], "metrics-https");
     assert_eq!(endpoint["scheme"], "https");
+    assert_eq!(endpoint["honorLabels"], true);
     assert_eq!(
         endpoint["bearerTokenFile"],
         "/var/run/secrets/kubernetes.io/serviceaccount/token"

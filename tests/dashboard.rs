@@ -269,3 +269,35 @@ fn the_chart_ships_the_dashboard_for_the_grafana_sidecar() {
     let out = common::helm(&["template", "r", "chart"]);
     assert!(!String::from_utf8_lossy(&out.stdout).contains("llmscaleoperator.json"));
 }
+
+/// Every replica of the operator (the leader and each standby) exports the same per-scaler
+/// gauges: a panel that showed them unaggregated would draw each scaler once per replica.
+#[test]
+fn per_scaler_gauges_are_shown_once_whatever_the_operator_replicas() {
+    let per_scaler = [
+        "current_replicas",
+        "desired_replicas",
+        "min_replicas",
+        "max_replicas",
+        "metric_value",
+        "metric_target",
+        "condition",
+        "syncs_without_signal",
+        "paused",
+    ];
+    let dashboard = dashboard();
+    let mut seen = 0;
+    for (panel, expr) in queries(&dashboard, "ns") {
+        if per_scaler
+            .iter()
+            .any(|m| expr.contains(&format!("llmscaleoperator_{m}{{")))
+        {
+            seen += 1;
+            assert!(
+                expr.starts_with("max by (namespace, scaler"),
+                "{panel}: {expr}"
+            );
+        }
+    }
+    assert!(seen >= per_scaler.len(), "{seen} per-scaler queries");
+}

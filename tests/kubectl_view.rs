@@ -149,3 +149,54 @@ async fn kubectl_get_llms_shows_what_kubectl_get_hpa_shows() {
     assert!(category.contains("llama"), "{category}");
     env.done().await;
 }
+
+/// `kubectl explain` (the real kubectl, on the OpenAPI the apiserver publishes for the CRD)
+/// documents scale-to-zero, the fallback and the access to a secured server down to their
+/// leaves, and the status they add.
+#[tokio::test]
+async fn kubectl_explain_documents_scale_to_zero_fallback_and_server_access() {
+    let client = common::client().await;
+    common::ensure_crd(&client).await;
+    let explain = |path: &str| {
+        let out = common::kubectl(&["explain", path]);
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    // The document is published a moment after the CRD is established.
+    common::eventually(
+        "kubectl explain llmscalers.spec.scaleToZero",
+        std::time::Duration::from_secs(60),
+        || async {
+            explain("llmscalers.spec.scaleToZero").filter(|t| t.contains("activationQuery"))
+        },
+    )
+    .await;
+    for (path, says) in [
+        ("llmscalers.spec.scaleToZero", "cannot wake"),
+        ("llmscalers.spec.scaleToZero.activationQuery", "router"),
+        ("llmscalers.spec.scaleToZero.activationThreshold", "wakes"),
+        ("llmscalers.spec.scaleToZero.idleSeconds", "Default 300"),
+        ("llmscalers.spec.scaleToZero.minAwakeSeconds", "cold start"),
+        (
+            "llmscalers.spec.fallback.failureThreshold",
+            "Consecutive syncs",
+        ),
+        ("llmscalers.spec.fallback.replicas", "maxReplicas"),
+        (
+            "llmscalers.spec.serverTLS.ca.secretName",
+            "Name of the Secret",
+        ),
+        ("llmscalers.spec.serverTLS.ca.key", "ca.crt"),
+        ("llmscalers.spec.serverTLS.clientCertificate", "tls.key"),
+        ("llmscalers.spec.serverAuth.basic", "username and password"),
+        ("llmscalers.spec.serverAuth.bearer.key", "token"),
+        ("llmscalers.status.scaleToZero.phase", "Waking"),
+        ("llmscalers.status.syncsWithoutSignal", "failureThreshold"),
+    ] {
+        let text = explain(path).unwrap_or_else(|| panic!("kubectl explain {path} failed"));
+        // kubectl wraps descriptions at its own width.
+        let flowing = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(flowing.contains(says), "kubectl explain {path}: {text}");
+    }
+}

@@ -2,7 +2,8 @@
 //! backend like the lab's: four panels over one time axis — the load; the queue and the SLO
 //! misses; the replicas (pods, spec.replicas, the scaler's desired count) with each scale event marked; and
 //! KV-cache use. Legends sit beside the panels, never on the data; the three replica lines are
-//! drawn a little apart and with their own markers so that equal counts stay distinguishable.
+//! drawn a few pixels apart, each with its own markers at staggered samples, so that equal
+//! counts stay distinguishable.
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -48,9 +49,9 @@ const KV: RGBColor = RGBColor(140, 86, 75);
 const UP: RGBColor = RGBColor(0, 110, 0);
 const DOWN: RGBColor = RGBColor(190, 0, 0);
 
-/// How far apart (in replicas) the three replica lines are drawn, so that equal counts show as
-/// three parallel lines rather than one.
-const SPREAD: f64 = 0.08;
+/// How far apart (in pixels, whatever the panel's scale) the three replica lines are drawn, so
+/// that equal counts show as three parallel lines rather than one.
+const SPREAD_PX: f64 = 4.0;
 
 /// A scale event: spec.replicas changed at `t`, from `from` to `to`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -116,6 +117,38 @@ struct Line {
     colour: RGBColor,
     points: Vec<(f64, f64)>,
     marker: Marker,
+    /// Drawn this many pixels above its values (below when negative): apart from lines it may
+    /// coincide with.
+    offset_px: f64,
+    /// Which of [`MARKER_PHASES`] the markers sit at, so that markers of coinciding lines are
+    /// side by side rather than on top of one another.
+    marker_phase: usize,
+}
+
+impl Line {
+    fn new(label: impl Into<String>, colour: RGBColor, points: Vec<(f64, f64)>) -> Self {
+        Self {
+            label: label.into(),
+            colour,
+            points,
+            marker: Marker::None,
+            offset_px: 0.0,
+            marker_phase: 0,
+        }
+    }
+
+    fn marked(self, marker: Marker) -> Self {
+        Self { marker, ..self }
+    }
+
+    /// Drawn `offset_px` apart, its markers at phase `marker_phase`.
+    fn apart(self, offset_px: f64, marker_phase: usize) -> Self {
+        Self {
+            offset_px,
+            marker_phase,
+            ..self
+        }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -142,12 +175,11 @@ fn draw(area: &DrawingArea<SVGBackend<'_>, Shift>, samples: &[Sample]) -> Result
     let missed = misses(samples);
     let total_missed = samples.last().map_or(0, |s| s.slo_missed);
 
-    let load_lines = vec![Line {
-        label: "load (requests/s)".into(),
-        colour: LOAD,
-        points: pick(&|s| Some(s.load)),
-        marker: Marker::None,
-    }];
+    let load_lines = vec![Line::new(
+        "load (requests/s)",
+        LOAD,
+        pick(&|s| Some(s.load)),
+    )];
     panel(
         &plot_rows[0],
         &legend_rows[0],
@@ -160,18 +192,13 @@ fn draw(area: &DrawingArea<SVGBackend<'_>, Shift>, samples: &[Sample]) -> Result
 
     // The queue, with the SLO misses of each interval marked where they happened.
     let queue_lines = vec![
-        Line {
-            label: "queued requests".into(),
-            colour: QUEUED,
-            points: pick(&|s| Some(s.queued)),
-            marker: Marker::None,
-        },
-        Line {
-            label: format!("SLO misses ({total_missed} in all)"),
-            colour: MISSED,
-            points: missed,
-            marker: Marker::Cross,
-        },
+        Line::new("queued requests", QUEUED, pick(&|s| Some(s.queued))),
+        Line::new(
+            format!("SLO misses ({total_missed} in all)"),
+            MISSED,
+            missed,
+        )
+        .marked(Marker::Cross),
     ];
     panel(
         &plot_rows[1],
@@ -183,26 +210,18 @@ fn draw(area: &DrawingArea<SVGBackend<'_>, Shift>, samples: &[Sample]) -> Result
         false,
     )?;
 
-    // Replicas: three lines a little apart, each with its marker; scale events as triangles.
+    // Replicas: three lines a few pixels apart, each with its marker, the markers staggered;
+    // scale events as triangles.
     let replica_lines = vec![
-        Line {
-            label: "pods Ready".into(),
-            colour: PODS,
-            points: pick(&|s| Some(s.pods - SPREAD)),
-            marker: Marker::Circle,
-        },
-        Line {
-            label: "spec.replicas".into(),
-            colour: SPEC,
-            points: pick(&|s| s.spec),
-            marker: Marker::Square,
-        },
-        Line {
-            label: "desired (status)".into(),
-            colour: DESIRED,
-            points: pick(&|s| s.desired.map(|d| d + SPREAD)),
-            marker: Marker::Triangle,
-        },
+        Line::new("pods Ready", PODS, pick(&|s| Some(s.pods)))
+            .marked(Marker::Circle)
+            .apart(-SPREAD_PX, 0),
+        Line::new("spec.replicas", SPEC, pick(&|s| s.spec))
+            .marked(Marker::Square)
+            .apart(0.0, 1),
+        Line::new("desired (status)", DESIRED, pick(&|s| s.desired))
+            .marked(Marker::Triangle)
+            .apart(SPREAD_PX, 2),
     ];
     panel(
         &plot_rows[2],
@@ -214,12 +233,11 @@ fn draw(area: &DrawingArea<SVGBackend<'_>, Shift>, samples: &[Sample]) -> Result
         true,
     )?;
 
-    let kv_lines = vec![Line {
-        label: "KV-cache use (mean %)".into(),
-        colour: KV,
-        points: pick(&|s| Some(s.kv * 100.0)),
-        marker: Marker::None,
-    }];
+    let kv_lines = vec![Line::new(
+        "KV-cache use (mean %)",
+        KV,
+        pick(&|s| Some(s.kv * 100.0)),
+    )];
     panel(
         &plot_rows[3],
         &legend_rows[3],
@@ -233,6 +251,9 @@ fn draw(area: &DrawingArea<SVGBackend<'_>, Shift>, samples: &[Sample]) -> Result
 
 /// Roughly this many markers per line, however many samples there are.
 const MARKERS_PER_LINE: usize = 40;
+
+/// Lines whose markers are staggered share the interval between markers in this many phases.
+const MARKER_PHASES: usize = 3;
 
 fn panel(
     area: &DrawingArea<SVGBackend<'_>, Shift>,
@@ -286,24 +307,25 @@ fn panel(
     }
     mesh.draw().map_err(drawing)?;
 
+    // Values per pixel on the y axis, to draw lines a fixed number of pixels apart.
+    let rows = chart.plotting_area().get_pixel_range().1;
+    let per_px = top / f64::from((rows.end - rows.start).max(1));
     for line in lines {
+        let shift = line.offset_px * per_px;
+        let points: Vec<(f64, f64)> = line.points.iter().map(|&(t, v)| (t, v + shift)).collect();
         if !matches!(line.marker, Marker::Cross) {
             chart
                 .draw_series(LineSeries::new(
-                    line.points.iter().copied(),
+                    points.iter().copied(),
                     line.colour.stroke_width(2),
                 ))
                 .map_err(drawing)?;
         }
-        let every = (line.points.len() / MARKERS_PER_LINE).max(1);
-        let marked = line
-            .points
-            .iter()
-            .copied()
-            .enumerate()
-            .filter_map(|(i, p)| {
-                (matches!(line.marker, Marker::Cross) || i % every == 0).then_some(p)
-            });
+        let every = (points.len() / MARKERS_PER_LINE).max(1);
+        let phase = line.marker_phase % MARKER_PHASES * every / MARKER_PHASES;
+        let marked = points.iter().copied().enumerate().filter_map(|(i, p)| {
+            (matches!(line.marker, Marker::Cross) || i % every == phase).then_some(p)
+        });
         let colour = line.colour;
         match line.marker {
             Marker::None => {}
@@ -449,6 +471,71 @@ mod tests {
         assert_eq!(events[0].t, 120.0);
     }
 
+    /// The points of the polylines drawn in `colour` (`#RRGGBB`), in pixels.
+    fn polylines(picture: &str, colour: &str) -> Vec<Vec<(f64, f64)>> {
+        picture
+            .split("<polyline")
+            .skip(1)
+            .filter(|l| l.split("/>").next().unwrap().contains(colour))
+            .map(|l| {
+                let points = l
+                    .split("points=\"")
+                    .nth(1)
+                    .unwrap()
+                    .split('"')
+                    .next()
+                    .unwrap();
+                points
+                    .split_whitespace()
+                    .map(|p| {
+                        let (x, y) = p.split_once(',').unwrap();
+                        (x.parse().unwrap(), y.parse().unwrap())
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// The x of each marker element `tag` (`circle` or `rect`) drawn in `colour`.
+    fn marker_xs(picture: &str, tag: &str, colour: &str) -> Vec<i64> {
+        let at = if tag == "circle" { "cx=\"" } else { "x=\"" };
+        picture
+            .split(&format!("<{tag} "))
+            .skip(1)
+            .filter(|e| e.split("/>").next().unwrap().contains(colour))
+            .map(|e| e.split(at).nth(1).unwrap().split('"').next().unwrap())
+            .map(|x| x.parse::<f64>().unwrap() as i64)
+            // Not the legend's sample marker, beside the panels.
+            .filter(|x| *x < i64::from(WIDTH - LEGEND))
+            .collect()
+    }
+
+    #[test]
+    fn equal_replica_lines_stay_apart_and_their_markers_do_not_cover_one_another() {
+        // In run() the pods, spec.replicas and desired counts are equal throughout.
+        let picture = svg(&run(), "equal").unwrap();
+        let colour = |c: RGBColor| format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2);
+        let last_y = |c: RGBColor| {
+            // The longest: the legend's sample line has the same colour.
+            let lines = polylines(&picture, &colour(c));
+            let line = lines.iter().max_by_key(|l| l.len()).unwrap();
+            assert!(line.len() > 100, "the line of {}", colour(c));
+            line.last().unwrap().1
+        };
+        let (pods, spec, desired) = (last_y(PODS), last_y(SPEC), last_y(DESIRED));
+        // SVG y grows downwards: desired above spec above pods, each a few pixels apart.
+        assert!(spec - desired >= 3.0, "desired {desired} vs spec {spec}");
+        assert!(pods - spec >= 3.0, "spec {spec} vs pods {pods}");
+        let circles = marker_xs(&picture, "circle", &colour(PODS));
+        let squares = marker_xs(&picture, "rect", &colour(SPEC));
+        assert!(circles.len() >= 10 && squares.len() >= 10);
+        let shared = circles
+            .iter()
+            .filter(|x| squares.iter().any(|s| (s + 3 - *x).abs() <= 1))
+            .count();
+        assert_eq!(shared, 0, "circles at {circles:?}, squares at {squares:?}");
+    }
+
     #[test]
     fn misses_are_counted_per_interval() {
         assert_eq!(misses(&run()), vec![(200.0, 1.0), (400.0, 1.0)]);
@@ -487,8 +574,8 @@ mod tests {
         // Replica ticks are whole numbers only.
         assert!(!picture.contains(">\n0.5\n<") && !picture.contains(">\n1.5\n<"));
         assert!(
-            picture.contains(">\n7\n<"),
-            "a whole tick at the top of the replica axis"
+            picture.contains(">\n6\n<"),
+            "a whole tick at the top of the replica axis (5 replicas at most, and one above)"
         );
         assert!(!picture.contains("NaN"));
         assert!(svg(&[], "empty").unwrap().contains("no samples"));

@@ -760,6 +760,86 @@ async fn a_pin_is_written_a_freeze_writes_nothing_and_a_bad_pause_changes_nothin
 }
 
 #[tokio::test]
+async fn a_pin_is_written_while_the_server_cannot_be_reached_and_says_why() {
+    // The credentials' Secret is missing: unpaused, the sync fails and writes nothing; pinned,
+    // the pin is written and each metric says why it was not read.
+    let server = prometheus(3.0).await;
+    let auth = json!({ "serverAuth": { "bearer": { "secretName": "gone" } } });
+    let h = Harness::leader(FakeApi::default().with_deployment("vllm", 2));
+    h.sync(&scaler_json("free", &server, auth.clone())).await;
+    assert!(h.api.scale_writes("vllm").is_empty());
+    let (ok, reason, _) = condition(&h.api.status().expect("status"), "Ready");
+    assert_eq!(
+        (ok.as_str(), reason.as_str()),
+        ("False", "SecretUnavailable")
+    );
+
+    let h = Harness::leader(FakeApi::default().with_deployment("vllm", 2));
+    let mut pinned = scaler_json("pinned", &server, auth);
+    pinned["metadata"]["annotations"] = json!({ crate::names::PAUSED_REPLICAS_ANNOTATION: "4" });
+    h.sync(&pinned).await;
+    assert_eq!(h.api.scale_writes("vllm"), vec![4]);
+    let status = h.api.status().expect("status");
+    let (ok, reason, _) = condition(&status, "ScalingActive");
+    assert_eq!((ok.as_str(), reason.as_str()), ("False", "Paused"));
+    let shown = status.to_string();
+    assert!(
+        shown.contains("serverAuth.bearer") && shown.contains("gone"),
+        "the metric's reason names the Secret: {shown}"
+    );
+    assert_eq!(status["syncsWithoutSignal"], 1, "{status}");
+    assert!(
+        !h.exposition().contains("llmscaleoperator_metric_value{"),
+        "no value stands for an unread metric"
+    );
+}
+
+#[tokio::test]
+async fn scale_events_count_writes_and_a_removed_metric_leaves_metrics() {
+    let server = prometheus(3.0).await;
+    // A dry run decides 6 at every sync and writes nothing: no scale event.
+    let h = Harness::leader(FakeApi::default().with_deployment("vllm", 2));
+    let mut dry = scaler_json("dry", &server, json!({}));
+    dry["metadata"]["annotations"] = json!({ crate::names::DRY_RUN_ANNOTATION: "true" });
+    h.sync(&dry).await;
+    h.sync(&dry).await;
+    assert!(
+        !h.exposition()
+            .contains("llmscaleoperator_scale_events_total{"),
+        "{}",
+        h.exposition()
+    );
+
+    // A write is one event.
+    let h = Harness::leader(FakeApi::default().with_deployment("vllm", 2));
+    let two = json!({ "metrics": [
+        { "name": "kv", "query": "avg(kv)", "target": "1" },
+        { "name": "queue", "query": "avg(queue)", "target": "2" }
+    ] });
+    h.sync(&scaler_json("s", &server, two)).await;
+    assert_eq!(h.api.scale_writes("vllm"), vec![6]);
+    let shown = h.exposition();
+    assert!(
+        shown.contains(
+            r#"llmscaleoperator_scale_events_total{namespace="ns",scaler="s",direction="up"} 1"#
+        ),
+        "{shown}"
+    );
+    for metric in ["kv", "queue"] {
+        let value = format!(
+            r#"llmscaleoperator_metric_value{{namespace="ns",scaler="s",metric="{metric}"}} 3"#
+        );
+        assert!(shown.contains(&value), "{value} in {shown}");
+    }
+
+    // queue taken out of the spec: its series go, kv's stay.
+    h.sync(&scaler_json("s", &server, json!({}))).await;
+    let shown = h.exposition();
+    assert!(!shown.contains(r#"metric="queue""#), "{shown}");
+    assert!(shown.contains(r#"metric_target{namespace="ns",scaler="s",metric="kv"} 1"#));
+}
+
+#[tokio::test]
 async fn an_hpa_on_the_target_stops_every_write_and_is_told_once() {
     let server = prometheus(3.0).await;
     let h = Harness::leader(

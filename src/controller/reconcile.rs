@@ -8,6 +8,7 @@
 //! 3. On every replica: the metric cache that serves the external metrics API, and the
 //!    operator's own metrics, so a standby answers what the leader would.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -102,8 +103,9 @@ struct Observed {
     /// How to write the target, and what the victim selection needs of it.
     resource: ApiResource,
     object: Arc<WatchedTarget>,
-    /// How to reach serverAddress (client and headers), for the deletion-cost query.
-    access: ServerAccess,
+    /// How to reach serverAddress (client and headers), for the deletion-cost query; none when
+    /// a paused scaler's server cannot be reached.
+    access: Option<ServerAccess>,
     startup: Option<StartupStatus>,
     /// The scale-to-zero timers after this sync, under scaleToZero.
     zero: Option<ZeroMemory>,
@@ -173,31 +175,31 @@ async fn observe(
         });
     }
 
-    // Before any request: the address may be somewhere the operator must not call.
-    ctx.allowed.check(&spec.server_address)?;
-    let access = server_access::resolve(
-        &ctx.secrets,
-        &ctx.tls_clients,
-        &ctx.http,
-        &ctx.client,
-        scaler,
-        namespace,
-    )
-    .await?;
-    let signal = match spec.metric_provider {
-        MetricProvider::Prometheus => {
-            Signal::Ratio(read_metrics(scaler, ctx, namespace, &access).await)
+    // A pause holds whatever the signal says, a signal source that cannot be reached included
+    // (an incident is when a pause is wanted): why it cannot be reached becomes each reading's
+    // reason, shown in status, instead of failing the sync and leaving the pin unwritten.
+    let access = match reach_server(scaler, ctx, namespace).await {
+        Ok(access) => Ok(access),
+        Err(error) if pause.is_some() => Err(SkipReason::Unavailable(error.to_string())),
+        Err(error) => return Err(error),
+    };
+    let signal = match (&access, spec.metric_provider) {
+        (Ok(access), MetricProvider::Prometheus) => {
+            Signal::Ratio(read_metrics(scaler, ctx, namespace, access).await)
         }
-        MetricProvider::Custom => {
-            Signal::Absolute(read_decision(scaler, ctx, namespace, &access).await?)
+        (Ok(access), MetricProvider::Custom) => {
+            Signal::Absolute(read_decision(scaler, ctx, namespace, access).await?)
         }
+        (Err(why), MetricProvider::Prometheus) => Signal::Ratio(unreadable(scaler, why)),
+        (Err(why), MetricProvider::Custom) => Signal::Absolute(Err(why.to_string())),
     };
     let behavior = crate::api::behavior::behavior(spec)?;
     let zero_rules = crate::api::behavior::zero_rules(spec)?;
-    let activation = match (&zero_rules, &spec.scale_to_zero) {
-        (Some(_), Some(zero)) => {
-            Some(read_activation(scaler, ctx, namespace, &access, &zero.activation_query).await)
+    let activation = match (&zero_rules, &spec.scale_to_zero, &access) {
+        (Some(_), Some(zero), Ok(access)) => {
+            Some(read_activation(scaler, ctx, namespace, access, &zero.activation_query).await)
         }
+        (Some(_), Some(_), Err(why)) => Some(Err(why.clone())),
         _ => None,
     };
     let uid = scaler.uid().unwrap_or_default();
@@ -264,7 +266,7 @@ async fn observe(
         target_uid,
         resource,
         object,
-        access,
+        access: access.ok(),
         startup,
         zero,
         syncs_without_signal,
@@ -303,7 +305,7 @@ impl<'a> Writer<'a> {
             namespace,
             &observed.object,
             removed,
-            &observed.access,
+            observed.access.as_ref(),
         )
         .await;
         let Some(replicas) = observed.decision.write else {
@@ -480,6 +482,40 @@ pub(super) fn is_dry_run(scaler: &LLMScaler) -> bool {
         .annotations()
         .get(DRY_RUN_ANNOTATION)
         .is_some_and(|v| v == "true")
+}
+
+/// The client and headers serverAddress is reached with, once the address is allowed (checked
+/// before any request: it may be somewhere the operator must not call).
+async fn reach_server(
+    scaler: &LLMScaler,
+    ctx: &Context,
+    namespace: &str,
+) -> Result<ServerAccess, SyncError> {
+    ctx.allowed.check(&scaler.spec.server_address)?;
+    Ok(server_access::resolve(
+        &ctx.secrets,
+        &ctx.tls_clients,
+        &ctx.http,
+        &ctx.client,
+        scaler,
+        namespace,
+    )
+    .await?)
+}
+
+/// Every metric of the scaler, unread for `why`.
+fn unreadable(scaler: &LLMScaler, why: &SkipReason) -> Vec<MetricReading> {
+    let metrics = scaler.spec.metrics.as_deref().unwrap_or_default();
+    metrics
+        .iter()
+        .enumerate()
+        .map(|(i, metric)| MetricReading {
+            name: metric_name(metric, i),
+            value: Err(why.clone()),
+            target: parse_target(&metric.target).unwrap_or(f64::NAN),
+            kind: crate::api::behavior::target_type(metric.target_type),
+        })
+        .collect()
 }
 
 /// Queries every metric of the scaler concurrently. A metric that cannot be read becomes a
@@ -698,6 +734,7 @@ fn count(
     metrics.set_condition(namespace, &name, status::READY, outcome.is_ok());
     let Ok(synced) = outcome else {
         metrics.set_condition(namespace, &name, status::SCALING_ACTIVE, false);
+        metrics.clear_metric_values(namespace, &name);
         return;
     };
     let Observed {
@@ -717,27 +754,24 @@ fn count(
     );
     let specs = scaler.spec.metrics.as_deref().unwrap_or_default();
     for (i, outcome) in decision.metrics.iter().enumerate() {
+        let target = specs
+            .get(i)
+            .filter(|_| outcome.name != DECISION_METRIC)
+            .and_then(|m| parse_target(&m.target).ok());
         let labels = MetricLabels {
             namespace: namespace.to_owned(),
             scaler: name.clone(),
             metric: outcome.name.clone(),
         };
-        match outcome.value {
-            Some(value) => {
-                metrics.metric_value.get_or_create(&labels).set(value);
-            }
-            None => {
-                metrics.metric_value.remove(&labels);
-            }
-        }
-        if let Some(target) = specs
-            .get(i)
-            .filter(|_| outcome.name != DECISION_METRIC)
-            .and_then(|m| parse_target(&m.target).ok())
-        {
-            metrics.metric_target.get_or_create(&labels).set(target);
-        }
+        metrics.set_metric(&labels, outcome.value, target);
     }
+    let in_use: BTreeSet<&str> = decision
+        .metrics
+        .iter()
+        .map(|m| m.name.as_str())
+        .chain(scaler.spec.scale_to_zero.as_ref().map(|_| ACTIVATION_QUERY))
+        .collect();
+    metrics.retain_metrics(namespace, &name, &in_use);
     let labels = ScalerLabels {
         namespace: namespace.to_owned(),
         scaler: name.clone(),
@@ -770,7 +804,8 @@ fn count(
         .syncs_without_signal
         .get_or_create(&labels)
         .set(i64::from(synced.observed.syncs_without_signal));
-    if let Some(written) = decision.write {
+    // What was written, not what was decided: a standby and a dry run decide every sync too.
+    if let Some(written) = decision.write.filter(|_| synced.wrote) {
         let direction = if written > target.spec_replicas {
             "up"
         } else {

@@ -238,7 +238,7 @@ pub(super) async fn for_sync(
     namespace: &str,
     target: &WatchedTarget,
     removed: usize,
-    access: &super::server_access::ServerAccess,
+    access: Option<&super::server_access::ServerAccess>,
 ) -> Vec<Note> {
     let spec = &scaler.spec;
     let uid = scaler.uid().unwrap_or_default();
@@ -294,8 +294,8 @@ pub(super) async fn for_sync(
         .deletion_cost_query
         .as_deref()
         .filter(|q| !q.trim().is_empty());
-    let warmth = match (spec.metric_provider, query) {
-        (MetricProvider::Prometheus, Some(query)) => Warmth::Query {
+    let warmth = match (spec.metric_provider, query, access) {
+        (MetricProvider::Prometheus, Some(query), Some(access)) => Warmth::Query {
             http: &access.client,
             server: &spec.server_address,
             headers: &access.headers,

@@ -9,7 +9,10 @@
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::decision::{Bounds, Decision, HoldReason, Input, LimitReason, Memory, Reason, decide};
+use super::behavior::Select;
+use super::decision::{
+    Bounds, Decision, Direction, HoldReason, Input, LimitReason, Memory, Reason, decide,
+};
 use super::recommend::SkipReason;
 use super::stabilization::Entry;
 
@@ -118,10 +121,22 @@ pub fn decide_with_zero(
     // maxReplicas 0 pins the fleet at zero: nothing to wake.
     let can_wake = input.bounds.max >= 1;
 
+    // selectPolicy: Disabled forbids a direction whatever asks for it: waking is a scale-up and
+    // going to zero the largest scale-down there is.
+    let up_disabled = input.behavior.up.select == Select::Disabled;
+    let down_disabled = input.behavior.down.select == Select::Disabled;
+
     if current <= 0 {
-        let asleep = decide(input);
+        let mut asleep = decide(input);
         let asked = asleep.recommendation.is_some_and(|r| r >= 1);
-        if can_wake && (active || asked) {
+        if can_wake && (active || asked) && up_disabled {
+            asleep
+                .reasons
+                .push(Reason::Limited(LimitReason::DirectionDisabled {
+                    direction: Direction::Up,
+                    desired: awake_floor.min.min(awake_floor.max),
+                }));
+        } else if can_wake && (active || asked) {
             let mut woken = decide(&Input {
                 bounds: awake_floor,
                 ..input.clone()
@@ -144,7 +159,6 @@ pub fn decide_with_zero(
                 },
             );
         }
-        let mut asleep = asleep;
         // A per-pod metric with nothing to measure is the expected state at zero, not a hold.
         drop_expected_hold(&mut asleep);
         asleep.reasons.insert(
@@ -213,6 +227,15 @@ pub fn decide_with_zero(
             .insert(0, Reason::Zero(ZeroReason::Waking { since }));
     }
     match wait {
+        None if metrics_allow && input.target.rollout.is_none() && down_disabled => {
+            awake
+                .reasons
+                .push(Reason::Limited(LimitReason::DirectionDisabled {
+                    direction: Direction::Down,
+                    desired: 0,
+                }));
+            (awake, next)
+        }
         None if metrics_allow && input.target.rollout.is_none() => {
             (went_to_zero(awake, input, rules), ZeroMemory::default())
         }
@@ -449,6 +472,37 @@ mod tests {
         }]);
         let (d, _) = decide_with_zero(&i, &RULES, Ok(0.0), ZeroMemory::default());
         assert_eq!(d.write, Some(3));
+    }
+
+    #[test]
+    fn a_disabled_direction_neither_wakes_nor_goes_to_zero() {
+        let disabled_direction = |d: &Decision, direction| {
+            d.reasons.iter().any(|r| {
+                matches!(r, Reason::Limited(LimitReason::DirectionDisabled { direction: x, .. }) if *x == direction)
+            })
+        };
+        // At zero with demand, scale-ups disabled: it stays at zero and says why.
+        let mut i = input(0, 0, None, 0);
+        i.behavior.up.select = Select::Disabled;
+        let (d, m) = decide_with_zero(&i, &RULES, Ok(2.5), ZeroMemory::default());
+        assert_eq!(d.write, None, "{:?}", d.reasons);
+        assert!(disabled_direction(&d, Direction::Up), "{:?}", d.reasons);
+        assert_eq!(m.woke_at, None);
+
+        // One idle replica past every wait, scale-downs disabled: it stays at one.
+        let idle = ZeroMemory {
+            idle_since: Some(at(0)),
+            woke_at: None,
+        };
+        let mut i = input(1, 1, Some(0.0), 10_000);
+        i.behavior.down.select = Select::Disabled;
+        let (d, m) = decide_with_zero(&i, &RULES, Ok(0.0), idle);
+        assert_eq!(d.write, None, "{:?}", d.reasons);
+        assert!(disabled_direction(&d, Direction::Down), "{:?}", d.reasons);
+        assert_eq!(m.idle_since, Some(at(0)), "the idle period goes on");
+        // The same without Disabled goes to zero.
+        let (d, _) = decide_with_zero(&input(1, 1, Some(0.0), 10_000), &RULES, Ok(0.0), idle);
+        assert_eq!(d.write, Some(0));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The operator's own metrics: how syncs and queries go, and what each scaler decided.
 
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -142,6 +143,10 @@ pub struct Metrics {
     pub scale_events: Family<ScaleLabels, Counter>,
     /// 1 while this replica may write (always 1 without leader election).
     pub leader: Gauge,
+    /// The metric names each scaler's per-metric series were recorded under. A family cannot be
+    /// listed, and without this a metric renamed or removed from a spec, or an activation
+    /// query's errors, would stay on /metrics for the life of the process.
+    metric_names: Arc<Mutex<HashMap<ScalerLabels, BTreeSet<String>>>>,
 }
 
 impl Default for Metrics {
@@ -268,6 +273,7 @@ impl Default for Metrics {
             condition,
             scale_events,
             leader,
+            metric_names: Arc::default(),
         }
     }
 }
@@ -284,8 +290,91 @@ impl Metrics {
     pub fn observe_query(&self, labels: MetricLabels, took: Duration, ok: bool) {
         self.query_duration.observe(took.as_secs_f64());
         if !ok {
+            self.remember(&labels);
             self.query_errors.get_or_create(&labels).inc();
         }
+    }
+
+    /// A metric's reading of this sync: its value (the series goes while it cannot be read) and
+    /// its target (none for a decision server's count).
+    pub fn set_metric(&self, labels: &MetricLabels, value: Option<f64>, target: Option<f64>) {
+        self.remember(labels);
+        match value {
+            Some(value) => {
+                self.metric_value.get_or_create(labels).set(value);
+            }
+            None => {
+                self.metric_value.remove(labels);
+            }
+        }
+        if let Some(target) = target {
+            self.metric_target.get_or_create(labels).set(target);
+        }
+    }
+
+    /// Drops the per-metric series of a scaler's metrics that are not `in_use` (renamed or
+    /// removed from its spec).
+    pub fn retain_metrics(&self, namespace: &str, scaler: &str, in_use: &BTreeSet<&str>) {
+        let gone: Vec<String> = {
+            let mut names = self.names();
+            let Some(recorded) = names.get_mut(&scaler_labels(namespace, scaler)) else {
+                return;
+            };
+            let gone = recorded
+                .iter()
+                .filter(|n| !in_use.contains(n.as_str()))
+                .cloned()
+                .collect();
+            recorded.retain(|n| in_use.contains(n.as_str()));
+            gone
+        };
+        for metric in gone {
+            self.remove_metric(namespace, scaler, metric);
+        }
+    }
+
+    /// A sync that read nothing: no value stands for the scaler's metrics until one is read
+    /// again (targets and error counts stay).
+    pub fn clear_metric_values(&self, namespace: &str, scaler: &str) {
+        let recorded = self
+            .names()
+            .get(&scaler_labels(namespace, scaler))
+            .cloned()
+            .unwrap_or_default();
+        for metric in recorded {
+            self.metric_value.remove(&MetricLabels {
+                namespace: namespace.to_owned(),
+                scaler: scaler.to_owned(),
+                metric,
+            });
+        }
+    }
+
+    fn remember(&self, labels: &MetricLabels) {
+        let mut names = self.names();
+        let recorded = names
+            .entry(scaler_labels(&labels.namespace, &labels.scaler))
+            .or_default();
+        if !recorded.contains(&labels.metric) {
+            recorded.insert(labels.metric.clone());
+        }
+    }
+
+    fn names(&self) -> std::sync::MutexGuard<'_, HashMap<ScalerLabels, BTreeSet<String>>> {
+        self.metric_names
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn remove_metric(&self, namespace: &str, scaler: &str, metric: String) {
+        let labels = MetricLabels {
+            namespace: namespace.to_owned(),
+            scaler: scaler.to_owned(),
+            metric,
+        };
+        self.query_errors.remove(&labels);
+        self.metric_value.remove(&labels);
+        self.metric_target.remove(&labels);
     }
 
     /// Sets `condition` of a scaler to `ok`: its series of that status 1, the other 0.
@@ -341,15 +430,10 @@ impl Metrics {
                 direction: direction.to_owned(),
             });
         }
-        for metric in metrics {
-            let labels = MetricLabels {
-                namespace: namespace.to_owned(),
-                scaler: scaler.to_owned(),
-                metric: metric.to_owned(),
-            };
-            self.query_errors.remove(&labels);
-            self.metric_value.remove(&labels);
-            self.metric_target.remove(&labels);
+        let recorded = self.names().remove(&labels).unwrap_or_default();
+        let named = metrics.into_iter().map(str::to_owned);
+        for metric in recorded.into_iter().chain(named) {
+            self.remove_metric(namespace, scaler, metric);
         }
         for condition in CONDITIONS {
             for status in ["true", "false"] {
@@ -361,6 +445,13 @@ impl Metrics {
                 });
             }
         }
+    }
+}
+
+fn scaler_labels(namespace: &str, scaler: &str) -> ScalerLabels {
+    ScalerLabels {
+        namespace: namespace.to_owned(),
+        scaler: scaler.to_owned(),
     }
 }
 
