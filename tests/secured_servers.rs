@@ -266,6 +266,45 @@ async fn scales_on_a_prometheus_behind_a_private_ca_client_certificates_and_basi
     )
     .await;
 
+    // A client key that is not a key: Ready=False naming the Secret, never its content; mended,
+    // it syncs again.
+    set(
+        "prom-client",
+        json!({ "tls.crt": pki.client.0, "tls.key": "-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5\n-----END PRIVATE KEY-----\n" }),
+    )
+    .await;
+    let message = common::eventually(
+        "InvalidSecret for a malformed client key",
+        Duration::from_secs(60),
+        || async {
+            let (ready, reason, message) = env.condition("secure", "Ready").await?;
+            (ready == "False" && reason == "InvalidSecret").then_some(message)
+        },
+    )
+    .await;
+    assert!(
+        message.contains("serverTLS")
+            && message.contains("prom-client")
+            && !message.contains("bm90IGEga2V5"),
+        "{message}"
+    );
+    env.stays("vllm", 3, Duration::from_secs(2)).await;
+    set(
+        "prom-client",
+        json!({ "tls.crt": pki.client.0, "tls.key": pki.client.1 }),
+    )
+    .await;
+    common::eventually(
+        "the mended client key",
+        Duration::from_secs(60),
+        || async {
+            let (ready, _, _) = env.condition("secure", "Ready").await?;
+            let (_, reason, _) = env.condition("secure", "ScalingActive").await?;
+            (ready == "True" && reason == "ValidMetric").then_some(())
+        },
+    )
+    .await;
+
     // Rotation: a wrong password in the Secret is used within the refresh period, and the
     // right one again after it.
     let set_password = |password: &'static str| set("prom-basic", json!({ "password": password }));
