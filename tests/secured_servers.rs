@@ -294,15 +294,11 @@ async fn scales_on_a_prometheus_behind_a_private_ca_client_certificates_and_basi
         json!({ "tls.crt": pki.client.0, "tls.key": pki.client.1 }),
     )
     .await;
-    common::eventually(
-        "the mended client key",
-        Duration::from_secs(60),
-        || async {
-            let (ready, _, _) = env.condition("secure", "Ready").await?;
-            let (_, reason, _) = env.condition("secure", "ScalingActive").await?;
-            (ready == "True" && reason == "ValidMetric").then_some(())
-        },
-    )
+    common::eventually("the mended client key", Duration::from_secs(60), || async {
+        let (ready, _, _) = env.condition("secure", "Ready").await?;
+        let (_, reason, _) = env.condition("secure", "ScalingActive").await?;
+        (ready == "True" && reason == "ValidMetric").then_some(())
+    })
     .await;
 
     // Rotation: a wrong password in the Secret is used within the refresh period, and the

@@ -294,6 +294,11 @@ fn zero_or_fallback(decision: &Decision) -> Option<String> {
         Reason::Held(HoldReason::Fallback { syncs, .. }) => Some(format!(
             "fallback: no usable signal for {syncs} consecutive syncs"
         )),
+        Reason::Limited(LimitReason::ToBounds { current, bound }) => Some(if bound < current {
+            format!("no usable signal, but maxReplicas is {bound}")
+        } else {
+            format!("no usable signal, but minReplicas is {bound}")
+        }),
         _ => None,
     })
 }

@@ -795,6 +795,37 @@ async fn a_pin_is_written_while_the_server_cannot_be_reached_and_says_why() {
 }
 
 #[tokio::test]
+async fn without_a_signal_a_fleet_above_max_replicas_is_brought_down_to_it() {
+    // maxReplicas lowered to 6 under a fleet of 8 while the metric reads NaN.
+    let broken = prometheus(f64::NAN).await;
+    let h = Harness::leader(FakeApi::default().with_deployment("vllm", 8));
+    h.sync(&scaler_json("s", &broken, json!({ "maxReplicas": 6 })))
+        .await;
+    assert_eq!(h.api.scale_writes("vllm"), vec![6]);
+    let status = h.api.status().expect("status");
+    let (limited, reason, message) = condition(&status, "ScalingLimited");
+    assert_eq!(
+        (limited.as_str(), reason.as_str()),
+        ("True", "TooManyReplicas")
+    );
+    assert!(message.contains("no usable signal"), "{message}");
+    let (_, held, _) = condition(&status, "ScalingActive");
+    assert_eq!(held, "NoUsableMetric");
+    assert!(
+        h.api.events().iter().any(|(r, n)| r == "ScaledDown"
+            && n.contains("from 8 to 6 (no usable signal, but maxReplicas is 6)")),
+        "{:?}",
+        h.api.events()
+    );
+
+    // Within the bounds it is held where it is.
+    let h = Harness::leader(FakeApi::default().with_deployment("vllm", 5));
+    h.sync(&scaler_json("s", &broken, json!({ "maxReplicas": 6 })))
+        .await;
+    assert!(h.api.scale_writes("vllm").is_empty());
+}
+
+#[tokio::test]
 async fn scale_events_count_writes_and_a_removed_metric_leaves_metrics() {
     let server = prometheus(3.0).await;
     // A dry run decides 6 at every sync and writes nothing: no scale event.

@@ -408,6 +408,20 @@ pub(super) fn scaling_limited(decision: &Decision) -> (bool, &'static str, Strin
                     format!("{recommended} recommended, raised to minReplicas {min}"),
                 );
             }
+            Reason::Limited(LimitReason::ToBounds { current, bound }) => {
+                let (reason, word, field) = if bound < current {
+                    ("TooManyReplicas", "lowered", "maxReplicas")
+                } else {
+                    ("TooFewReplicas", "raised", "minReplicas")
+                };
+                return (
+                    true,
+                    reason,
+                    format!(
+                        "no usable signal, but {current} replicas are outside the bounds: {word} to {field} {bound}"
+                    ),
+                );
+            }
             _ => {}
         }
     }

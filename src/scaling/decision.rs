@@ -159,6 +159,13 @@ pub enum LimitReason {
         direction: Direction,
         desired: i32,
     },
+    /// No usable signal, but the target ran outside the bounds (maxReplicas lowered,
+    /// minReplicas raised): it is brought to the nearest bound, as the HPA does, since the bounds
+    /// need no measurement.
+    ToBounds {
+        current: i32,
+        bound: i32,
+    },
 }
 
 /// What the start-up awareness changed.
@@ -355,11 +362,29 @@ pub fn decide(input: &Input) -> Decision {
         reasons.push(Reason::Held(hold));
     }
     let Some(need) = measured.need else {
-        // Nothing measurable: hold, and remember nothing new.
+        // Nothing measurable: hold, and remember nothing new; only the bounds still apply. A
+        // target at zero under minReplicas is left there: that is someone's hand (the HPA, too,
+        // leaves a target scaled to zero alone).
+        let (low, high) = (bounds.min.min(bounds.max), bounds.max);
+        let bound = if current > high {
+            high
+        } else if current > 0 && current < low {
+            low
+        } else {
+            current
+        };
+        // A step down stays within maxStepReplicas, as any other.
+        let step = match behavior.max_step {
+            step if step > 0 && bound < current => bound.max(current.saturating_sub(step)),
+            _ => bound,
+        };
+        if bound != current {
+            reasons.push(Reason::Limited(LimitReason::ToBounds { current, bound }));
+        }
         return Decision {
             recommendation: None,
-            desired: current,
-            write: None,
+            desired: bound,
+            write: (step != current).then_some(step),
             reasons,
             metrics: measured.metrics,
             memory: memory.clone(),
@@ -1113,6 +1138,37 @@ mod tests {
     }
 
     #[test]
+    fn without_a_signal_a_fleet_outside_its_bounds_is_brought_to_them() {
+        let lost = || Signal::Ratio(vec![skipped("q", "no series")]);
+        // maxReplicas lowered to 6 under a fleet of 8 while the signal is lost: down to 6.
+        let mut i = input(lost(), settled(8), 1, 40);
+        i.bounds = Bounds { min: 1, max: 6 };
+        let d = decide(&i);
+        assert_eq!((d.desired, d.write), (6, Some(6)), "{:?}", d.reasons);
+        assert_eq!(
+            d.reasons,
+            vec![
+                Reason::Held(HoldReason::NoUsableMetric),
+                Reason::Limited(LimitReason::ToBounds {
+                    current: 8,
+                    bound: 6
+                })
+            ]
+        );
+        // minReplicas raised to 4 under a fleet of 2: up to 4.
+        let mut i = input(lost(), settled(2), 1, 40);
+        i.bounds = Bounds { min: 4, max: 10 };
+        assert_eq!(decide(&i).write, Some(4));
+        // Within the bounds, or scaled to zero by hand: held where it is.
+        let mut i = input(lost(), settled(5), 1, 40);
+        i.bounds = Bounds { min: 4, max: 10 };
+        assert_eq!(decide(&i).write, None);
+        let mut i = input(lost(), settled(0), 1, 40);
+        i.bounds = Bounds { min: 4, max: 10 };
+        assert_eq!(decide(&i).write, None);
+    }
+
+    #[test]
     fn a_disabled_direction_writes_nothing() {
         let mut i = input(
             Signal::Ratio(vec![metric("q", 0.1, 1.0)]),
@@ -1394,8 +1450,18 @@ mod properties {
                 kind: TargetType::Value,
             }]);
             let d = decide(&i);
-            prop_assert_eq!(d.write, None);
-            prop_assert_eq!(d.desired, i.target.spec_replicas);
+            let current = i.target.spec_replicas;
+            let (low, high) = (i.bounds.min.min(i.bounds.max), i.bounds.max);
+            if current > high {
+                // Only towards maxReplicas, never past it.
+                let w = d.write.unwrap_or(current);
+                prop_assert!(w < current && w >= high, "{current} -> {w}, max {high}");
+            } else if current > 0 && current < low {
+                prop_assert_eq!(d.write, Some(low));
+            } else {
+                prop_assert_eq!(d.write, None);
+                prop_assert_eq!(d.desired, current);
+            }
         }
     }
 }

@@ -2,7 +2,7 @@
 //! syncs without a usable one, a team may rather run at least a known count than whatever the
 //! fleet happened to have when the signal went away.
 
-use super::decision::{Decision, HoldReason, Input, Reason, TargetState};
+use super::decision::{Decision, HoldReason, Input, LimitReason, Reason, TargetState};
 use super::stabilization::{Entry, Hold, record};
 
 /// The spec's fallback, in the core's terms.
@@ -78,7 +78,12 @@ pub fn with_fallback(
             },
             input.behavior.down.window_seconds,
         );
-    } else {
+    } else if !decision
+        .reasons
+        .iter()
+        .any(|r| matches!(r, Reason::Limited(LimitReason::ToBounds { .. })))
+    {
+        // A larger fleet is held, not shrunk; only a fleet above maxReplicas goes down to it.
         decision.desired = current;
         decision.write = None;
     }
@@ -127,6 +132,13 @@ mod tests {
             Some(&Reason::Held(HoldReason::Fallback { syncs: 3, floor: 4 }))
         );
         assert_eq!(d.memory.down.last().map(|e| e.replicas), Some(4));
+    }
+
+    #[test]
+    fn a_fleet_above_max_goes_down_to_it_under_the_fallback_too() {
+        // maxReplicas 6 under a fleet of 9, the signal lost for long: down to 6, not held at 9.
+        let (d, _) = run(None, 9, 9, &RULES);
+        assert_eq!((d.write, d.desired), (Some(6), 6), "{:?}", d.reasons);
     }
 
     #[test]
