@@ -150,6 +150,9 @@ async fn a_scaled_object_is_a_conflict_and_an_advisory_hpa_of_an_observer_is_not
     )
     .await;
     env.stays("vllm", 2, Duration::from_secs(3)).await;
+    // Told once as a warning, though every sync in those 3 s found the ScaledObject again.
+    let told = env.assert_told_once("keda", "ConflictingAutoscaler").await;
+    assert_eq!(told.type_.as_deref(), Some("Warning"), "{told:?}");
 
     // The advisory mode: an HPA follows an observer's desired-replicas; the observer writes
     // nothing, so there is nothing to fight over.

@@ -184,7 +184,7 @@ impl Default for Metrics {
         );
         registry.register(
             "metric_target",
-            "Each metric's per-replica target",
+            "Each metric's target: what one replica should carry",
             metric_target.clone(),
         );
         registry.register(
