@@ -355,9 +355,11 @@ async fn run_async(args: RunArgs) -> Result<(), MainError> {
         };
         tracing::info!(lease = %config.name, namespace = %config.namespace, identity = %config.identity, "campaigning for leadership");
         let gauge = metrics.leader.clone();
-        leader::start(client.clone(), config, move |leading| {
+        let (election, campaign) = leader::start(client.clone(), config, move |leading| {
             gauge.set(i64::from(leading));
-        })
+        });
+        supervisor.spawn_service("leader election", campaign);
+        election
     });
     let leadership = election
         .as_ref()

@@ -73,7 +73,8 @@ pub struct LeaseConfig {
 pub struct Election {
     leadership: Leadership,
     stop: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
+    /// Cancelled when the campaign has ended, by returning or by a panic.
+    ended: CancellationToken,
 }
 
 impl Election {
@@ -84,18 +85,18 @@ impl Election {
     /// Stops writing, hands the Lease back so a standby takes over at once, and waits for that.
     pub async fn release(self) {
         self.stop.cancel();
-        if let Err(error) = self.task.await {
-            tracing::warn!(%error, "the leader election task failed");
-        }
+        self.ended.cancelled().await;
     }
 }
 
-/// Starts campaigning for the Lease.
+/// The election and the campaign for the Lease, which the caller runs as a supervised task: it
+/// runs until [`Election::release`], and a campaign that ends before (a panic) must stop the
+/// process rather than leave it a standby for good.
 pub fn start(
     client: Client,
     config: LeaseConfig,
     on_change: impl Fn(bool) + Send + 'static,
-) -> Election {
+) -> (Election, impl Future<Output = ()> + Send + 'static) {
     let until = Arc::new(Mutex::new(None));
     let (tx, rx) = watch::channel(false);
     let stop = CancellationToken::new();
@@ -106,15 +107,23 @@ pub fn start(
         until: until.clone(),
         tx,
     };
-    let task = tokio::spawn(campaign.run(stop.clone(), on_change));
-    Election {
+    let ended = CancellationToken::new();
+    let done = ended.clone().drop_guard();
+    let run = campaign.run(stop.clone(), on_change);
+    let task = async move {
+        // Dropped on return and on unwinding alike: release never waits for a dead campaign.
+        let _done = done;
+        run.await;
+    };
+    let election = Election {
         leadership: Leadership {
             until: Some(until),
             changes: rx,
         },
         stop,
-        task,
-    }
+        ended,
+    };
+    (election, task)
 }
 
 struct Campaign {
