@@ -34,6 +34,14 @@ pub const LASTING: [&str; 6] = [
     CONFLICTING_AUTOSCALER,
 ];
 
+/// Warnings of each sync while a signal stays broken (one per skipped metric, and the hold):
+/// told together when the breakage begins and when what it says changes, never folded into an
+/// event series at every sync (an API write per sync per scaler, through a whole outage).
+pub const WHILE_BROKEN: [&str; 2] = [METRIC_SKIPPED, SCALING_HELD];
+
+pub const METRIC_SKIPPED: &str = "MetricSkipped";
+pub const SCALING_HELD: &str = "ScalingHeld";
+
 /// The reason of the warning that says another autoscaler drives the target.
 pub const CONFLICTING_AUTOSCALER: &str = "ConflictingAutoscaler";
 
@@ -89,7 +97,7 @@ pub fn decision_notes(
         for (metric, spec) in decision.metrics.iter().zip(queries) {
             if let Err(why) = &metric.recommendation {
                 notes.push(Note::warning(
-                    "MetricSkipped",
+                    METRIC_SKIPPED,
                     format!(
                         "metric {} skipped this sync: {why} (query: {})",
                         metric.name, spec.query
@@ -139,7 +147,7 @@ pub fn decision_notes(
                 ),
             ),
             Reason::Held(HoldReason::NoUsableMetric) => Note::warning(
-                "ScalingHeld",
+                SCALING_HELD,
                 format!(
                     "no metric could be measured; {target_name} stays at {}",
                     target.spec_replicas
@@ -153,7 +161,7 @@ pub fn decision_notes(
                 paused_text(*pause, &target_name, target.spec_replicas),
             ),
             Reason::Held(HoldReason::SignalUnavailable(why)) => Note::warning(
-                "ScalingHeld",
+                SCALING_HELD,
                 format!("{why}; {target_name} stays at {}", target.spec_replicas),
             ),
             Reason::Deferred(DeferReason::Rollout(why)) => Note::normal(

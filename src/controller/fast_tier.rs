@@ -637,6 +637,41 @@ async fn spec_notices_are_told_once_and_a_settled_sync_writes_nothing() {
 }
 
 #[tokio::test]
+async fn a_broken_signal_is_told_when_it_begins_and_when_it_changes_not_every_sync() {
+    let broken = prometheus(f64::NAN).await;
+    let h = Harness::leader(FakeApi::default().with_deployment("vllm", 2));
+    let two = json!({ "metrics": [
+        { "name": "kv", "query": "avg(kv)", "target": "1" },
+        { "name": "queue", "query": "avg(queue)", "target": "2" }
+    ] });
+    let scaler = scaler_json("s", &broken, two);
+    let mut stored = scaler.clone();
+    let told = |api: &FakeApi, reason: &str| {
+        api.events()
+            .into_iter()
+            .filter(|(r, _)| r == reason)
+            .count()
+    };
+    for _ in 0..4 {
+        h.sync(&stored).await;
+        stored["status"] = h.api.status().expect("status");
+    }
+    assert_eq!(told(&h.api, "MetricSkipped"), 2, "one per metric, once");
+    assert_eq!(told(&h.api, "ScalingHeld"), 1);
+    assert_eq!(h.api.event_repeats(), 0, "no series patched at every sync");
+
+    // Mended, then broken again: news again (the same three events, so the recorder adds to
+    // their series).
+    let fine = prometheus(1.0).await;
+    stored["spec"]["serverAddress"] = json!(fine);
+    h.sync(&stored).await;
+    stored["status"] = h.api.status().expect("status");
+    stored["spec"]["serverAddress"] = json!(broken);
+    h.sync(&stored).await;
+    assert_eq!(h.api.event_repeats(), 3);
+}
+
+#[tokio::test]
 async fn a_held_scale_down_is_told_when_it_begins_and_when_it_changes_not_every_sync() {
     let h = Harness::leader(FakeApi::default().with_deployment("vllm", 6));
     let calm = prometheus(0.5).await;

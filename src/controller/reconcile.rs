@@ -364,7 +364,7 @@ impl<'a> Writer<'a> {
         };
         self.write_status(scaler, namespace, &rendered, now).await?;
 
-        let (mut notes, candidates, target) = match outcome {
+        let (mut notes, mut candidates, target) = match outcome {
             Ok(synced) => {
                 let Observed {
                     decision, target, ..
@@ -385,6 +385,18 @@ impl<'a> Writer<'a> {
         for topic in events::LASTING {
             if !candidates.iter().any(|n| n.reason == topic) {
                 ctx.ended(topic, &uid);
+            }
+        }
+        for topic in events::WHILE_BROKEN {
+            let told: Vec<&str> = candidates
+                .iter()
+                .filter(|n| n.reason == topic)
+                .map(|n| n.message.as_str())
+                .collect();
+            if told.is_empty() {
+                ctx.ended(topic, &uid);
+            } else if !ctx.changed(topic, &uid, &told.join("\n")) {
+                candidates.retain(|n| n.reason != topic);
             }
         }
         notes.extend(
