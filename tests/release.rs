@@ -160,6 +160,59 @@ fn a_pre_release_packages_a_chart_of_its_own_version() {
     assert!(chart.contains("appVersion: 0.1.0-rc.1"), "{chart}");
 }
 
+/// The workflow sets Artifact Hub's annotations from the tag: the image it lists is the one just
+/// pushed, and only a pre-release is marked as one.
+#[test]
+fn the_release_lists_its_own_image_and_marks_only_a_pre_release() {
+    let workflow =
+        std::fs::read_to_string(common::repo_root().join(".github/workflows/release.yml")).unwrap();
+    assert!(
+        workflow.contains("scripts/release-annotations.sh \"${VERSION}\" chart/Chart.yaml"),
+        "the chart job sets the annotations"
+    );
+    let dir = common::repo_root().join("target/test-tmp/release-annotations");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for (version, prerelease) in [("0.1.0-rc.1", "true"), ("0.1.0", "false")] {
+        let chart = dir.join(format!("Chart-{version}.yaml"));
+        std::fs::copy(common::repo_root().join("chart/Chart.yaml"), &chart).unwrap();
+        let out =
+            std::process::Command::new(common::repo_root().join("scripts/release-annotations.sh"))
+                .args([version, chart.to_str().unwrap()])
+                .output()
+                .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let yaml: serde_json::Value =
+            serde_norway::from_str(&std::fs::read_to_string(&chart).unwrap()).unwrap();
+        let annotations = &yaml["annotations"];
+        assert_eq!(
+            annotations["artifacthub.io/prerelease"], prerelease,
+            "{version}"
+        );
+        let images = annotations["artifacthub.io/images"].as_str().unwrap();
+        assert!(
+            images.contains(&format!(
+                "image: docker.io/4pdosc/llmscaleoperator:{version}\n"
+            )),
+            "{version}: {images}"
+        );
+        assert_eq!(yaml["appVersion"], "0.1.0", "nothing else changes");
+    }
+    let out =
+        std::process::Command::new(common::repo_root().join("scripts/release-annotations.sh"))
+            .args(["v1.0", dir.join("Chart-0.1.0.yaml").to_str().unwrap()])
+            .output()
+            .unwrap();
+    assert!(
+        !out.status.success(),
+        "a version that is not X.Y.Z is refused"
+    );
+}
+
 /// The `members` of the root manifest's `[workspace]`, read without a TOML dependency: the list is
 /// one line of quoted names.
 mod toml_members {
