@@ -18,11 +18,17 @@ fn check(tag: &str, app_version: &str) -> (bool, String) {
         ),
     )
     .unwrap();
-    let out = Command::new(common::repo_root().join("scripts/check-release-tag.sh"))
-        .args([tag, chart.to_str().unwrap()])
+    let said = script("check-release-tag.sh", &[tag, chart.to_str().unwrap()]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    said
+}
+
+/// Runs scripts/`name` with `args`: whether it succeeded, and what it printed.
+fn script(name: &str, args: &[&str]) -> (bool, String) {
+    let out = Command::new(common::repo_root().join("scripts").join(name))
+        .args(args)
         .output()
         .unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
     (
         out.status.success(),
         format!(
@@ -176,16 +182,11 @@ fn the_release_lists_its_own_image_and_marks_only_a_pre_release() {
     for (version, prerelease) in [("0.1.0-rc.1", "true"), ("0.1.0", "false")] {
         let chart = dir.join(format!("Chart-{version}.yaml"));
         std::fs::copy(common::repo_root().join("chart/Chart.yaml"), &chart).unwrap();
-        let out =
-            std::process::Command::new(common::repo_root().join("scripts/release-annotations.sh"))
-                .args([version, chart.to_str().unwrap()])
-                .output()
-                .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let (ok, said) = script(
+            "release-annotations.sh",
+            &[version, chart.to_str().unwrap()],
         );
+        assert!(ok, "{said}");
         let yaml: serde_json::Value =
             serde_norway::from_str(&std::fs::read_to_string(&chart).unwrap()).unwrap();
         let annotations = &yaml["annotations"];
@@ -202,15 +203,11 @@ fn the_release_lists_its_own_image_and_marks_only_a_pre_release() {
         );
         assert_eq!(yaml["appVersion"], "0.1.0", "nothing else changes");
     }
-    let out =
-        std::process::Command::new(common::repo_root().join("scripts/release-annotations.sh"))
-            .args(["v1.0", dir.join("Chart-0.1.0.yaml").to_str().unwrap()])
-            .output()
-            .unwrap();
-    assert!(
-        !out.status.success(),
-        "a version that is not X.Y.Z is refused"
+    let (ok, said) = script(
+        "release-annotations.sh",
+        &["v1.0", dir.join("Chart-0.1.0.yaml").to_str().unwrap()],
     );
+    assert!(!ok, "a version that is not X.Y.Z is refused: {said}");
 }
 
 /// The `members` of the root manifest's `[workspace]`, read without a TOML dependency: the list is

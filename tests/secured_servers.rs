@@ -288,7 +288,6 @@ async fn scales_on_a_prometheus_behind_a_private_ca_client_certificates_and_basi
             && !message.contains("bm90IGEga2V5"),
         "{message}"
     );
-    env.stays("vllm", 3, Duration::from_secs(2)).await;
     set(
         "prom-client",
         json!({ "tls.crt": pki.client.0, "tls.key": pki.client.1 }),

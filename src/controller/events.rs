@@ -25,19 +25,20 @@ pub const RISING_DEMAND: &str = "RisingDemand";
 
 /// The states that last many syncs: each is told when it begins and when it changes, not at
 /// every sync (a repeat would patch the event's series, an API write with nothing new).
-pub const LASTING: [&str; 6] = [
+///
+/// A broken signal is such a state too: its warnings (one per skipped metric, and the hold)
+/// are told together when the breakage begins and when what they say changes, not at every
+/// sync of an outage.
+pub const LASTING: [&str; 8] = [
     SCALE_DOWN_STABILIZED,
     SCALE_UP_STABILIZED,
     RISING_DEMAND,
     FALLBACK_ACTIVE,
     PAUSED,
     CONFLICTING_AUTOSCALER,
+    METRIC_SKIPPED,
+    SCALING_HELD,
 ];
-
-/// Warnings of each sync while a signal stays broken (one per skipped metric, and the hold):
-/// told together when the breakage begins and when what it says changes, never folded into an
-/// event series at every sync (an API write per sync per scaler, through a whole outage).
-pub const WHILE_BROKEN: [&str; 2] = [METRIC_SKIPPED, SCALING_HELD];
 
 pub const METRIC_SKIPPED: &str = "MetricSkipped";
 pub const SCALING_HELD: &str = "ScalingHeld";

@@ -381,13 +381,10 @@ impl<'a> Writer<'a> {
                 (Vec::new(), vec![failed], None)
             }
         };
-        // A lasting state that is over: its beginning again is news again.
+        // A lasting state is told when it begins and when what it says changes (all its notes of
+        // this sync together: one per skipped metric); one that is over is news again when it
+        // begins again.
         for topic in events::LASTING {
-            if !candidates.iter().any(|n| n.reason == topic) {
-                ctx.ended(topic, &uid);
-            }
-        }
-        for topic in events::WHILE_BROKEN {
             let told: Vec<&str> = candidates
                 .iter()
                 .filter(|n| n.reason == topic)
@@ -415,18 +412,15 @@ impl<'a> Writer<'a> {
         Ok(())
     }
 
-    /// States that last many syncs are told when they begin or change, not at every sync (each
+    /// Pods starting are told once per count asked for, not at every sync while they load (each
     /// repeat would patch the event's series: an API write per sync with nothing new in it).
     fn worth_telling(&self, note: &Note, uid: &str, target: Option<&TargetState>) -> bool {
         match (note.reason, target) {
-            // Once per count asked for: the number starting falls as the pods load.
+            // The number starting falls as the pods load.
             (events::STARTING_COUNTED, Some(target)) => self.ctx.first_time(
                 events::STARTING_COUNTED,
                 &format!("{uid}/{}", target.spec_replicas),
             ),
-            (topic, _) if events::LASTING.contains(&topic) => {
-                self.ctx.changed(note.reason, uid, &note.message)
-            }
             _ => true,
         }
     }

@@ -374,10 +374,7 @@ pub fn decide(input: &Input) -> Decision {
             current
         };
         // A step down stays within maxStepReplicas, as any other.
-        let step = match behavior.max_step {
-            step if step > 0 && bound < current => bound.max(current.saturating_sub(step)),
-            _ => bound,
-        };
+        let step = cap_scale_down(current, bound, behavior.max_step);
         if bound != current {
             reasons.push(Reason::Limited(LimitReason::ToBounds { current, bound }));
         }

@@ -2,7 +2,7 @@
 //! syncs without a usable one, a team may rather run at least a known count than whatever the
 //! fleet happened to have when the signal went away.
 
-use super::decision::{Decision, HoldReason, Input, LimitReason, Reason, TargetState};
+use super::decision::{Decision, HoldReason, Input, Reason, TargetState};
 use super::stabilization::{Entry, Hold, record};
 
 /// The spec's fallback, in the core's terms.
@@ -78,15 +78,9 @@ pub fn with_fallback(
             },
             input.behavior.down.window_seconds,
         );
-    } else if !decision
-        .reasons
-        .iter()
-        .any(|r| matches!(r, Reason::Limited(LimitReason::ToBounds { .. })))
-    {
-        // A larger fleet is held, not shrunk; only a fleet above maxReplicas goes down to it.
-        decision.desired = current;
-        decision.write = None;
     }
+    // A larger fleet keeps the decision, which read nothing usable: it holds, and only a fleet
+    // above maxReplicas is brought down to it.
     (decision, syncs)
 }
 
