@@ -6,6 +6,8 @@ need_apt=()
 command -v prometheus >/dev/null || need_apt+=(prometheus)
 for tool in openssl curl jq python3; do command -v "$tool" >/dev/null || need_apt+=("$tool"); done
 [ -e /etc/ssl/certs/ca-certificates.crt ] || need_apt+=(ca-certificates)
+# `ip netns`: the vLLM conformance test runs the llm-d simulators where only loopback reaches them.
+command -v ip >/dev/null || need_apt+=(iproute2)
 if [ "${#need_apt[@]}" -gt 0 ]; then
   echo "deps: installing ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -25,6 +25,9 @@ if [ "$started_cluster" = 1 ] && [ "${KEEP_CLUSTER:-0}" != 1 ]; then
   trap 'tests/cluster/down.sh || true' EXIT
 fi
 
+step "llm-d inference simulator (the vLLM conformance test's server)"
+tests/cluster/build.sh inference-sim
+
 step "cargo test"
 log=$(mktemp)
 status=0

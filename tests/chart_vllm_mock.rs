@@ -51,6 +51,179 @@ fn the_drain_steps_are_wired_into_the_pod() {
     );
 }
 
+/// The rendered documents of one kind, as JSON.
+fn documents(rendered: &str, kind: &str) -> Vec<serde_json::Value> {
+    rendered
+        .split("\n---")
+        .filter_map(|doc| serde_norway::from_str::<serde_json::Value>(doc).ok())
+        .filter(|doc| doc["kind"] == kind)
+        .collect()
+}
+
+/// The vLLM Deployment's pod template and its vLLM container.
+fn vllm_pod(rendered: &str) -> (serde_json::Value, serde_json::Value) {
+    let deployment = documents(rendered, "Deployment")
+        .into_iter()
+        .find(|d| d["metadata"]["name"] == "t-vllm")
+        .expect("the vLLM Deployment is rendered");
+    let template = deployment["spec"]["template"].clone();
+    let container = template["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "vllm")
+        .expect("a container named vllm")
+        .clone();
+    (template, container)
+}
+
+fn args(container: &serde_json::Value) -> Vec<String> {
+    container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn passes_shutdown_timeout(container: &serde_json::Value) -> bool {
+    args(container)
+        .iter()
+        .any(|a| a.starts_with("--shutdown-timeout"))
+}
+
+/// The first three numbers of a vLLM image tag ("v0.33.0" -> (0, 33, 0)).
+fn version(tag: &str) -> Option<(u64, u64, u64)> {
+    let mut parts = tag.strip_prefix('v').unwrap_or(tag).split('.');
+    let mut next = || parts.next()?.parse::<u64>().ok();
+    Some((next()?, next()?, next()?))
+}
+
+/// vLLM accepts --shutdown-timeout from 0.18.0 on and refuses to start on a flag it does not
+/// know: the default image and the default flags must agree.
+#[test]
+fn the_default_image_accepts_the_flags_it_is_given() {
+    let values: serde_json::Value = common::read_yaml(&format!("{CHART}/values.yaml"));
+    let tag = values["image"]["tag"]
+        .as_str()
+        .expect("image.tag is a string");
+    let parsed =
+        version(tag).unwrap_or_else(|| panic!("the default tag {tag:?} is a vLLM version"));
+    assert!(
+        parsed >= (0, 18, 0),
+        "the default image {tag} predates vLLM 0.18.0, which added --shutdown-timeout"
+    );
+    assert!(
+        values["shutdownTimeout"].as_u64().unwrap() > 0,
+        "the default passes --shutdown-timeout"
+    );
+    let chart: serde_json::Value = common::read_yaml(&format!("{CHART}/Chart.yaml"));
+    assert_eq!(
+        chart["appVersion"], tag,
+        "appVersion names the default image's vLLM"
+    );
+
+    let (_, container) = vllm_pod(&template(&[]).unwrap());
+    assert_eq!(container["image"], format!("vllm/vllm-openai:{tag}"));
+    assert!(
+        args(&container).contains(&"--shutdown-timeout=30".to_owned()),
+        "{:?}",
+        args(&container)
+    );
+}
+
+#[test]
+fn shutdown_timeout_is_passed_only_to_a_vllm_that_accepts_it() {
+    for (tag, expected) in [
+        ("v0.11.0", false),
+        ("0.11.0", false),
+        ("v0.17.1", false),
+        ("v0.10.1.1", false),
+        ("v0.18.0", true),
+        ("0.18.0", true),
+        ("v0.33.0", true),
+        ("v1.0.0", true),
+        // Not a version: assumed recent.
+        ("latest", true),
+        ("nightly", true),
+    ] {
+        let (_, container) = vllm_pod(&template(&[&format!("image.tag={tag}")]).unwrap());
+        assert_eq!(container["image"], format!("vllm/vllm-openai:{tag}"));
+        assert_eq!(
+            passes_shutdown_timeout(&container),
+            expected,
+            "tag {tag}: {:?}",
+            args(&container)
+        );
+    }
+    // A digest wins over the tag, and its version cannot be read: the flag is passed.
+    let digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    let (_, container) =
+        vllm_pod(&template(&["image.tag=v0.11.0", &format!("image.digest={digest}")]).unwrap());
+    assert_eq!(container["image"], format!("vllm/vllm-openai@{digest}"));
+    assert!(passes_shutdown_timeout(&container));
+    // Turned off, it is never passed.
+    let (_, container) = vllm_pod(&template(&["image.tag=v0.33.0", "shutdownTimeout=0"]).unwrap());
+    assert!(!passes_shutdown_timeout(&container));
+}
+
+/// The chart's pods are scraped by the documented scrape (config/prometheus/) with the labels
+/// its scaler's queries filter on.
+#[test]
+fn the_pods_are_selected_by_the_documented_scrape() {
+    let (pod, container) = vllm_pod(&template(&[]).unwrap());
+    let labels = &pod["metadata"]["labels"];
+    let annotations = &pod["metadata"]["annotations"];
+    assert_eq!(labels["app"], "t-vllm", "the label the queries filter on");
+
+    let monitor: serde_json::Value = common::read_yaml("config/prometheus/podmonitor.yaml");
+    assert_eq!(monitor["kind"], "PodMonitor");
+    for (key, value) in monitor["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+    {
+        assert_eq!(&labels[key], value, "PodMonitor selector {key}");
+    }
+    assert_eq!(
+        monitor["spec"]["podTargetLabels"],
+        serde_json::json!(["app"])
+    );
+    let endpoint = &monitor["spec"]["podMetricsEndpoints"][0];
+    assert_eq!(endpoint["path"], "/metrics");
+    let ports = container["ports"].as_array().unwrap();
+    let port = ports
+        .iter()
+        .find(|p| p["name"] == endpoint["port"])
+        .unwrap_or_else(|| panic!("no container port named {}", endpoint["port"]));
+    assert_eq!(port["containerPort"], 8000);
+
+    // The plain scrape keeps pods annotated prometheus.io/scrape "true" and scrapes the
+    // annotated port.
+    assert_eq!(annotations["prometheus.io/scrape"], "true");
+    assert_eq!(annotations["prometheus.io/port"], "8000");
+    let scrape: serde_json::Value = common::read_yaml("config/prometheus/scrape-config.yaml");
+    let job = &scrape["scrape_configs"][0];
+    assert_eq!(job["metrics_path"], "/metrics");
+    let relabel = job["relabel_configs"].as_array().unwrap();
+    assert!(relabel.iter().any(|r| r["action"] == "keep"
+        && r["source_labels"]
+            == serde_json::json!(["__meta_kubernetes_pod_annotation_prometheus_io_scrape"])
+        && r["regex"] == "true"));
+    for (source, target) in [
+        ("__meta_kubernetes_namespace", "namespace"),
+        ("__meta_kubernetes_pod_name", "pod"),
+        ("__meta_kubernetes_pod_label_app", "app"),
+    ] {
+        assert!(
+            relabel
+                .iter()
+                .any(|r| r["source_labels"] == serde_json::json!([source])
+                    && r["target_label"] == target),
+            "{source} -> {target}"
+        );
+    }
+}
+
 #[test]
 fn a_drain_budget_over_the_grace_period_refuses_to_render() {
     let err = template(&[
@@ -89,7 +262,12 @@ async fn the_metrics_mock_scaler_is_scoped_and_admitted() {
     let query = scaler.data["spec"]["metrics"][0]["query"].as_str().unwrap();
     assert_eq!(
         query,
-        r#"avg(vllm:kv_cache_usage_perc{namespace="ml", app="t-vllm"})"#
+        r#"avg(avg by (namespace, pod) (vllm:kv_cache_usage_perc{namespace="ml", app="t-vllm"}))"#
+    );
+    assert_eq!(
+        scaler.data["spec"]["scaleDown"]["deletionCostQuery"],
+        r#"avg by (namespace, pod) (vllm:kv_cache_usage_perc{namespace="ml", app="t-vllm"}) * 100"#,
+        "one series per pod"
     );
     assert_eq!(
         scaler.data["spec"]["serverAddress"],

@@ -399,3 +399,48 @@ async fn another_writer_is_overruled_on_replicas_and_nothing_else() {
     );
     env.done().await;
 }
+
+/// A query whose selector asks for a label the scrape does not set matches nothing. The fleet
+/// holds, and the condition says what to check: the first matcher no series carries, and the
+/// values a wrong one takes, found by asking the real Prometheus again.
+#[tokio::test]
+async fn a_query_matching_no_series_names_the_matcher_no_series_carries() {
+    let env = Env::new("faults-noseries").await;
+    env.deployment("model", 2).await;
+    env.set("load", 0.8).await;
+    let _operator = Operator::start(&env.client, &env.ns);
+    let series = env.series("load");
+    let selector = series.trim_end_matches('}');
+    env.scaler(
+        "unlabelled",
+        "model",
+        json!({
+            "minReplicas": 1, "maxReplicas": 4,
+            "metrics": [
+                { "name": "app", "query": format!("avg({selector}, app=\"vllm\"}})"), "target": "0.8" },
+                { "name": "ns", "query": "sum(load{test=\"elsewhere\"})", "target": "0.8" },
+            ]
+        }),
+    )
+    .await;
+    let missing = format!(
+        "no series of {series} carries app=\"vllm\" (none has the label app: does the scrape set it? see config/prometheus/)"
+    );
+    let wrong = format!(
+        "no series of load carries test=\"elsewhere\" (test is {:?}",
+        env.ns
+    );
+    common::eventually("both reasons in the condition", WAIT, || async {
+        let (status, reason, message) = env.condition("unlabelled", "ScalingActive").await?;
+        (status == "False"
+            && reason == "NoUsableMetric"
+            && message.contains(&missing)
+            && message.contains(&wrong))
+        .then_some(())
+    })
+    .await;
+    env.wait_event("unlabelled", "MetricSkipped", "carries app=\"vllm\"")
+        .await;
+    env.stays("model", 2, Duration::from_secs(2)).await;
+    env.done().await;
+}

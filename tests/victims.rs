@@ -151,6 +151,81 @@ async fn the_coldest_caches_are_the_pods_deleted() {
     env.done().await;
 }
 
+/// A data-parallel pod exports one series per engine: the deletion-cost query then has two
+/// series for one pod. Neither is picked (the first had 46.7, the other 57.0): the warning names
+/// the pod and the label that differs, once across two scale-downs, and the newest pods go.
+#[tokio::test]
+async fn several_series_of_one_pod_are_named_once_and_never_picked_from() {
+    let env = Env::new("victims-engines").await;
+    env.deployment("vllm", 2).await;
+    let old = grow_with_newer_pods(&env, "vllm", 4).await;
+    let names: Vec<String> = pod_names(&env, "vllm").await.into_iter().collect();
+    for (i, pod) in names.iter().enumerate() {
+        for (engine, value) in [("0", 46.7 - i as f64), ("1", 57.0 + i as f64)] {
+            env.exporter().set(
+                &format!(
+                    "kv_usage{{test=\"{}\",namespace=\"{}\",pod=\"{pod}\",engine=\"{engine}\"}}",
+                    env.ns, env.ns
+                ),
+                value,
+            );
+        }
+    }
+    env.prometheus()
+        .wait_for_value(&format!("count(kv_usage{{test=\"{}\"}})", env.ns), 8.0)
+        .await;
+    env.set("load", 1.0).await;
+    let _operator = Operator::start(&env.client, &env.ns);
+    env.scaler(
+        "engines",
+        "vllm",
+        json!({
+            "minReplicas": 1, "maxReplicas": 4,
+            "metrics": [{ "name": "load", "query": env.query("load"), "target": "1" }],
+            "scaleDown": {
+                "stabilizationWindowSeconds": 0,
+                "deletionCostQuery": format!("kv_usage{{test=\"{}\"}}", env.ns)
+            }
+        }),
+    )
+    .await;
+    common::eventually("a steady sync at 4", WAIT, || async {
+        let (_, _, message) = env.condition("engines", "ScalingActive").await?;
+        message.contains("recommends 4").then_some(())
+    })
+    .await;
+
+    // 4 -> 2: the two newer pods go, as without a query.
+    env.set("load", 0.5).await;
+    wait_pods(&env, "vllm", &old).await;
+    let warning = env
+        .wait_event("engines", "DeletionCostQueryFailed", "differ in engine")
+        .await;
+    assert!(
+        warning.contains(&format!(
+            "pod {} has 2 series, which differ in engine (\"0\", \"1\")",
+            names[0]
+        )),
+        "{warning}"
+    );
+    env.wait_event("engines", "VictimsSelected", "newest first")
+        .await;
+
+    // 2 -> 1: the query is as broken as before, so nothing new is told.
+    env.set("load", 0.25).await;
+    common::eventually("one pod left", WAIT, || async {
+        (pod_names(&env, "vllm").await.len() == 1).then_some(())
+    })
+    .await;
+    common::eventually("the second scale-down's victims", WAIT, || async {
+        (env.events("engines", "VictimsSelected").await.len() == 2).then_some(())
+    })
+    .await;
+    env.assert_told_once("engines", "DeletionCostQueryFailed")
+        .await;
+    env.done().await;
+}
+
 #[tokio::test]
 async fn without_a_query_the_newest_pods_are_deleted() {
     let env = Env::new("victims-newest").await;

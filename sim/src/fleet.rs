@@ -6,10 +6,29 @@ use std::time::Duration;
 
 use crate::trace::{Shape, Trace};
 
-/// vLLM's buckets for `vllm:time_to_first_token_seconds`.
-pub const TTFT_BUCKETS: [f64; 15] = [
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+/// vLLM 0.33's buckets for `vllm:time_to_first_token_seconds` (`vllm/v1/metrics/buckets.py`),
+/// so a quantile over the simulator interpolates between the same bounds as over vLLM.
+pub const TTFT_BUCKETS: [f64; 22] = [
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
 ];
+
+/// vLLM 0.33's buckets for `vllm:inter_token_latency_seconds`.
+pub const ITL_BUCKETS: [f64; 19] = [
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+    40.0, 80.0,
+];
+
+/// vLLM 0.33's buckets for its per-request phase histograms: `vllm:e2e_request_latency_seconds`
+/// and `vllm:request_queue_time_seconds` (and prefill, decode, inference time, which the
+/// simulator does not export).
+pub const REQUEST_LATENCY_BUCKETS: [f64; 21] = [
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+    480.0, 960.0, 1920.0, 7680.0,
+];
+
+/// The model a pod serves unless told otherwise: the one the vLLM fixture was scraped from.
+pub const DEFAULT_MODEL_NAME: &str = "meta-llama/Llama-3.1-8B-Instruct";
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct FleetConfig {
@@ -27,6 +46,10 @@ pub struct FleetConfig {
     pub startup_delay: Duration,
     /// Requests whose time to first token exceeds this are SLO violations.
     pub ttft_slo: Duration,
+    /// What the pods serve (vLLM's `--served-model-name`): the `model_name` label of their
+    /// metrics. Here rather than in the live options so that callers building a config with
+    /// `..FleetConfig::default()` keep compiling.
+    pub model_name: String,
 }
 
 impl Default for FleetConfig {
@@ -39,6 +62,7 @@ impl Default for FleetConfig {
             prefill: Duration::from_millis(150),
             startup_delay: Duration::from_secs(20),
             ttft_slo: Duration::from_secs(2),
+            model_name: DEFAULT_MODEL_NAME.to_owned(),
         }
     }
 }
@@ -53,18 +77,85 @@ struct Request {
 struct Running {
     remaining_output: f64,
     kv: u64,
+    output: u32,
+    /// Whole tokens streamed so far: the model decodes fractions of a token per step, a client
+    /// only ever sees whole ones.
+    streamed: u32,
+    /// From arrival to admission (vLLM: queued to scheduled), seconds.
+    queued: f64,
+    /// Time spent in decode steps so far, seconds.
+    decoding: f64,
+}
+
+/// A cumulative histogram, as Prometheus exports one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Histogram {
+    pub bounds: &'static [f64],
+    /// `buckets[i]` counts the observations `<= bounds[i]`; the +Inf bucket is `count`.
+    pub buckets: Vec<u64>,
+    pub sum: f64,
+    pub count: u64,
+}
+
+impl Histogram {
+    pub fn new(bounds: &'static [f64]) -> Self {
+        Self {
+            bounds,
+            buckets: vec![0; bounds.len()],
+            sum: 0.0,
+            count: 0,
+        }
+    }
+
+    pub fn observe(&mut self, value: f64) {
+        self.observe_n(value, 1);
+    }
+
+    /// `n` observations of the same value: the model's tokens within a step are evenly spaced.
+    pub fn observe_n(&mut self, value: f64, n: u64) {
+        if n == 0 {
+            return;
+        }
+        for (bucket, le) in self.buckets.iter_mut().zip(self.bounds) {
+            if value <= *le {
+                *bucket += n;
+            }
+        }
+        self.sum += value * n as f64;
+        self.count += n;
+    }
 }
 
 /// What a pod has exported so far (counters only grow).
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PodCounters {
     pub prompt_tokens: u64,
-    pub generation_tokens: f64,
+    /// Whole tokens streamed.
+    pub generation_tokens: u64,
+    /// Requests that ran to their end (vLLM's `finished_reason="stop"`).
     pub finished: u64,
-    /// Cumulative counts per bucket of [`TTFT_BUCKETS`], then +Inf.
-    pub ttft_buckets: [u64; TTFT_BUCKETS.len() + 1],
-    pub ttft_sum: f64,
-    pub ttft_count: u64,
+    /// Observed at admission, when the model's first token is due.
+    pub ttft: Histogram,
+    /// Each gap between two streamed tokens of a request (not the first token: that is TTFT).
+    pub itl: Histogram,
+    /// Arrival to admission, observed when the request finishes, as vLLM does.
+    pub queue: Histogram,
+    /// Arrival to the last token, observed when the request finishes.
+    pub e2e: Histogram,
+}
+
+impl Default for PodCounters {
+    fn default() -> Self {
+        Self {
+            prompt_tokens: 0,
+            generation_tokens: 0,
+            finished: 0,
+            ttft: Histogram::new(&TTFT_BUCKETS),
+            itl: Histogram::new(&ITL_BUCKETS),
+            queue: Histogram::new(&REQUEST_LATENCY_BUCKETS),
+            e2e: Histogram::new(&REQUEST_LATENCY_BUCKETS),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -234,13 +325,14 @@ impl Fleet {
         }
         self.now += dt;
         self.route();
-        let config = self.config.clone();
+        // Borrowed, not cloned: the config holds a String and this runs ten times a second.
+        let config = &self.config;
         let now = self.now;
         let mut slo_violations = 0;
         let mut finished = 0;
         for pod in self.pods.values_mut().filter(|p| p.useful_at <= now) {
-            admit(pod, &config, now, &mut slo_violations);
-            finished += decode(pod, &config, dt_s);
+            admit(pod, config, now, &mut slo_violations);
+            finished += decode(pod, config, dt_s);
         }
         self.totals.slo_violations += slo_violations;
         self.totals.finished += finished;
@@ -275,25 +367,22 @@ fn admit(pod: &mut Pod, config: &FleetConfig, now: Duration, violations: &mut u6
         }
         pod.waiting.pop_front();
         pod.kv_used += kv;
+        let queued = now.saturating_sub(request.arrived);
         pod.running.push(Running {
             remaining_output: f64::from(request.shape.output_tokens),
             kv,
+            output: request.shape.output_tokens,
+            streamed: 0,
+            queued: queued.as_secs_f64(),
+            decoding: 0.0,
         });
-        let ttft = now.saturating_sub(request.arrived) + config.prefill;
+        let ttft = queued + config.prefill;
         if ttft > config.ttft_slo {
             *violations += 1;
         }
-        let seconds = ttft.as_secs_f64();
         let c = &mut pod.counters;
         c.prompt_tokens += u64::from(request.shape.prompt_tokens);
-        c.ttft_sum += seconds;
-        c.ttft_count += 1;
-        for (i, le) in TTFT_BUCKETS.iter().enumerate() {
-            if seconds <= *le {
-                c.ttft_buckets[i] += 1;
-            }
-        }
-        c.ttft_buckets[TTFT_BUCKETS.len()] += 1;
+        c.ttft.observe(ttft.as_secs_f64());
     }
 }
 
@@ -305,14 +394,44 @@ fn decode(pod: &mut Pod, config: &FleetConfig, dt_s: f64) -> u64 {
     let per_request = (config.decode_tokens_per_second / pod.running.len() as f64)
         .min(config.max_tokens_per_request_second)
         * dt_s;
+    // Within a step every running request gets tokens at the same even rate, so the gap between
+    // two of its tokens is the step over the tokens it gets: what vLLM's ITL would observe. (A
+    // pod that makes no tokens divides by zero here, but then no gap is ever observed.)
+    let gap = dt_s / per_request;
+    let prefill = config.prefill.as_secs_f64();
+    let counters = &mut pod.counters;
     let mut finished = 0;
-    let mut produced = 0.0;
     pod.running.retain_mut(|r| {
         let step = per_request.min(r.remaining_output);
         r.remaining_output -= step;
-        produced += step;
-        if r.remaining_output <= 1e-9 {
+        let done = r.remaining_output <= 1e-9;
+        // A request that ends within the step decodes only for the part of it its tokens need.
+        r.decoding += if per_request > 0.0 {
+            dt_s * step / per_request
+        } else {
+            dt_s
+        };
+        let streamed = if done {
+            r.output
+        } else {
+            // Truncating: a token is streamed once it is whole.
+            ((f64::from(r.output) - r.remaining_output).max(0.0) as u32).min(r.output)
+        };
+        let new = streamed.saturating_sub(r.streamed);
+        // The first token is the one TTFT stands for; each later one closes an inter-token gap.
+        let gaps = if r.streamed == 0 {
+            new.saturating_sub(1)
+        } else {
+            new
+        };
+        r.streamed = streamed;
+        counters.generation_tokens += u64::from(new);
+        counters.itl.observe_n(gap, u64::from(gaps));
+        if done {
             finished += 1;
+            counters.queue.observe(r.queued);
+            // The first token came `prefill` after admission (as TTFT says), then the decode.
+            counters.e2e.observe(r.queued + prefill + r.decoding);
             false
         } else {
             true
@@ -326,7 +445,6 @@ fn decode(pod: &mut Pod, config: &FleetConfig, dt_s: f64) -> u64 {
             .sum::<u64>()
             .min(pod.kv_used);
     pod.kv_used -= freed;
-    pod.counters.generation_tokens += produced;
     pod.counters.finished += finished;
     finished
 }
@@ -474,14 +592,78 @@ mod tests {
     }
 
     #[test]
-    fn ttft_buckets_are_cumulative() {
+    fn histograms_are_cumulative_and_count_every_observation() {
         let mut fleet = Fleet::new(quick());
         fleet.set_pods(["a"]);
         run(&mut fleet, &constant(40.0), 30);
         let pod = fleet.pods().next().unwrap();
         let c = pod.counters;
-        assert!(c.ttft_buckets.windows(2).all(|w| w[0] <= w[1]));
-        assert_eq!(c.ttft_buckets[TTFT_BUCKETS.len()], c.ttft_count);
-        assert!(c.ttft_sum > 0.0);
+        for h in [&c.ttft, &c.itl, &c.queue, &c.e2e] {
+            assert_eq!(h.buckets.len(), h.bounds.len());
+            assert!(h.buckets.windows(2).all(|w| w[0] <= w[1]), "{h:?}");
+            assert!(h.buckets.last().is_some_and(|last| *last <= h.count));
+            assert!(h.count > 0 && h.sum > 0.0, "{h:?}");
+        }
+        assert_eq!(c.queue.count, c.finished);
+        assert_eq!(c.e2e.count, c.finished);
+    }
+
+    #[test]
+    fn a_drained_pod_counted_each_token_once_as_vllm_does() {
+        let mut fleet = Fleet::new(quick());
+        fleet.set_pods(["a", "b"]);
+        run(&mut fleet, &constant(8.0), 30);
+        run(&mut fleet, &constant(0.0), 60);
+        assert_eq!(fleet.queued(), 0);
+        for pod in fleet.pods() {
+            let c = pod.counters;
+            assert_eq!(pod.running, 0, "{pod:?}");
+            assert!(c.finished > 50, "{pod:?}");
+            // vLLM: every generated token is either a request's first (TTFT) or closes a gap (ITL).
+            assert_eq!(c.generation_tokens, c.ttft.count + c.itl.count, "{c:?}");
+            assert_eq!(c.generation_tokens, c.finished * 128, "{c:?}");
+            assert_eq!(c.ttft.count, c.finished);
+            assert_eq!(c.queue.count, c.finished);
+            assert_eq!(c.e2e.count, c.finished);
+            // Each request's end-to-end time is its time to first token plus its decode.
+            assert!(c.e2e.sum > c.ttft.sum + c.itl.sum * 0.99, "{c:?}");
+        }
+    }
+
+    #[test]
+    fn a_lone_request_streams_at_the_per_request_cap() {
+        let mut fleet = Fleet::new(FleetConfig {
+            startup_delay: Duration::ZERO,
+            ..FleetConfig::default()
+        });
+        fleet.set_pods(["a"]);
+        // Ten requests a second for the first step only: exactly one request.
+        let one = Trace::parse("0 10 512 128\n0.1 0\n").unwrap();
+        run(&mut fleet, &one, 10);
+        assert_eq!(fleet.totals().arrived, 1);
+        let pod = fleet.pods().next().unwrap();
+        let c = pod.counters;
+        // 60 tokens/s: every gap is 1/60 s, so in le=0.025 and not in le=0.01.
+        assert_eq!(c.itl.count, 127);
+        assert_eq!(c.itl.buckets[0], 0);
+        assert_eq!(c.itl.buckets[1], 127);
+        assert!((c.itl.sum - 127.0 / 60.0).abs() < 1e-9, "{c:?}");
+        // It arrived at the start of the first step and was admitted at its end.
+        assert!((c.queue.sum - 0.1).abs() < 1e-9, "{c:?}");
+        let e2e = 0.1 + 0.15 + 128.0 / 60.0;
+        assert!((c.e2e.sum - e2e).abs() < 1e-9, "{c:?}");
+    }
+
+    #[test]
+    fn an_overload_shows_in_queue_time_and_in_wider_token_gaps() {
+        let mut fleet = Fleet::new(quick());
+        fleet.set_pods(["a"]);
+        run(&mut fleet, &constant(40.0), 60);
+        let pod = fleet.pods().next().unwrap();
+        let c = pod.counters;
+        assert!(c.queue.sum / c.queue.count as f64 > 1.0, "{c:?}");
+        // A full batch shares the pod's 1500 tokens/s: gaps of 64/1500 s, past le=0.025.
+        assert!(c.itl.sum / c.itl.count as f64 > 0.025, "{c:?}");
+        assert!(c.e2e.sum / c.e2e.count as f64 > c.queue.sum / c.queue.count as f64);
     }
 }

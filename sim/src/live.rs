@@ -62,6 +62,7 @@ pub async fn run(
     let labels = Labels {
         namespace: options.namespace.clone(),
         app,
+        model_name: options.fleet.model_name.clone(),
     };
     let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
         Api::namespaced(client.clone(), &options.namespace);

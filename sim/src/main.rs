@@ -42,6 +42,9 @@ struct Args {
     /// Seconds from a pod's Ready to its first request (model load), simulated time.
     #[arg(long, default_value_t = 20.0)]
     startup_delay: f64,
+    /// The served model name: the `model_name` label of every vllm:* series.
+    #[arg(long, default_value = llmscaleoperator_sim::fleet::DEFAULT_MODEL_NAME)]
+    model_name: String,
     /// Print a status line every real second.
     #[arg(long)]
     progress: bool,
@@ -118,6 +121,7 @@ async fn run(args: Args) -> Result<(), String> {
         speed: args.speed,
         fleet: FleetConfig {
             startup_delay: Duration::from_secs_f64(args.startup_delay.max(0.0)),
+            model_name: args.model_name,
             ..FleetConfig::default()
         },
         progress: args.progress,

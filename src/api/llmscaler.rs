@@ -386,9 +386,9 @@ pub struct MetricSpec {
     pub name: Option<String>,
 
     /// PromQL that returns exactly one aggregated, per-replica value, e.g.
-    /// avg(vllm:kv_cache_usage_perc{namespace="default", app="my-model"}). A result with more
-    /// than one series is an error, not something to pick from: aggregate away every label that
-    /// varies, and scope the query to this target's pods.
+    /// avg(avg by (namespace, pod) (vllm:kv_cache_usage_perc{namespace="default", app="my-model"})).
+    /// A result with more than one series is an error, not something to pick from: aggregate away
+    /// every label that varies, and scope the query to this target's pods.
     #[schemars(length(min = 1))]
     pub query: String,
 
@@ -597,9 +597,10 @@ pub struct ScaleDown {
     #[serde(default)]
     pub behavior: ScaleDownBehavior,
 
-    /// PromQL returning one series per pod, each with a pod label; the value becomes that pod's
-    /// deletion cost and the lowest goes first. Empty means newest pod first. Used only with
-    /// behavior CacheAware under the Prometheus provider.
+    /// PromQL returning one series per pod, each with a pod label, e.g.
+    /// avg by (namespace, pod) (vllm:kv_cache_usage_perc{namespace="default", app="my-model"}) * 100;
+    /// the value becomes that pod's deletion cost and the lowest goes first. Empty means newest
+    /// pod first. Used only with behavior CacheAware under the Prometheus provider.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion_cost_query: Option<String>,
 }
@@ -632,8 +633,9 @@ pub enum ScaleDownBehavior {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct ScaleToZero {
-    /// PromQL returning one value that exists while the target has no pod, e.g. a router's
-    /// request rate: sum(rate(router_requests_total{model="my-model"}[1m])). Above
+    /// PromQL returning one value that exists while the target has no pod, e.g. the requests the
+    /// vLLM production-stack router received for the model:
+    /// sum(increase(vllm:num_incoming_requests_total{model="my-model"}[2m])) or vector(0). Above
     /// activationThreshold it wakes the target from zero; at or below it for idleSeconds it lets
     /// the target go to zero. Append `or vector(0)` when the series exists only after a first
     /// request. A query that fails or returns nothing neither wakes nor puts to sleep.

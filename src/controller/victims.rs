@@ -22,11 +22,13 @@ use super::events::Note;
 use super::watched_target::{self, WatchedTarget};
 use crate::api::{LLMScaler, MetricProvider, ScaleDownBehavior};
 use crate::names::MARK_MANAGER;
-use crate::scaling::{Candidate, Ranking, pick, victim_costs};
-use crate::signals::{http, prometheus};
+use crate::scaling::{Candidate, Ranking, pick, victim_costs, warmth_by_pod};
+use crate::signals::{http, no_series, prometheus};
 
 pub const DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
 const REVISION: &str = "deployment.kubernetes.io/revision";
+/// The warning that says deletionCostQuery cannot rank the pods.
+pub const DELETION_COST_QUERY_FAILED: &str = "DeletionCostQueryFailed";
 
 #[derive(Debug, Error)]
 pub enum VictimError {
@@ -75,7 +77,7 @@ pub async fn mark(
     let params = pods_of(deployment)?;
     let pods = candidates(client, namespace, deployment, &params).await?;
     let mut marked = Marked::default();
-    let ranking = match warmth {
+    let mut ranking = match warmth {
         Warmth::Newest => Ranking::NewestFirst,
         Warmth::Query { .. } => Ranking::Measured,
     };
@@ -95,16 +97,28 @@ pub async fn mark(
     } = warmth
     {
         match prometheus::query_vector(http, server, headers, query).await {
+            Ok(series) if series.is_empty() => {
+                let why = no_series::diagnose(http, server, headers, query).await;
+                marked.query_error = Some(http::redact(
+                    &format!("it returned no series: {why}"),
+                    headers,
+                ));
+            }
             Ok(series) => {
-                for candidate in &mut measured {
-                    candidate.warmth = series
-                        .iter()
-                        .filter(|s| s.labels.get("namespace").is_none_or(|ns| ns == namespace))
-                        .find(|s| s.labels.get("pod") == Some(&candidate.name))
-                        .map(|s| s.value);
+                match warmth_by_pod(series.iter().map(|s| (&s.labels, s.value)), namespace) {
+                    Ok(warmth) => {
+                        for candidate in &mut measured {
+                            candidate.warmth = warmth.get(&candidate.name).copied();
+                        }
+                    }
+                    // No pick among a pod's series: the whole answer is set aside.
+                    Err(e) => marked.query_error = Some(e.to_string()),
                 }
             }
             Err(e) => marked.query_error = Some(http::redact(&e.to_string(), headers)),
+        }
+        if marked.query_error.is_some() {
+            ranking = Ranking::NewestFirst;
         }
     }
     marked.ranking = Some(ranking);
@@ -314,11 +328,18 @@ pub(super) async fn for_sync(
         }
     };
     let mut notes = Vec::new();
-    if let Some(error) = &marked.query_error {
-        notes.push(warn(
-            "DeletionCostQueryFailed",
-            format!("deletionCostQuery could not be used ({error}); the newest pods are taken as the coldest"),
-        ));
+    // A query that cannot rank the pods stays so until its author mends it: told when it
+    // begins and when what is wrong changes, not at every scale-down.
+    match &marked.query_error {
+        Some(error) => {
+            let message = format!(
+                "deletionCostQuery could not be used ({error}); the newest pods are taken as the coldest"
+            );
+            if ctx.changed(DELETION_COST_QUERY_FAILED, &uid, &message) {
+                notes.push(warn(DELETION_COST_QUERY_FAILED, message));
+            }
+        }
+        None => ctx.ended(DELETION_COST_QUERY_FAILED, &uid),
     }
     for (pod, error) in &marked.failed {
         notes.push(warn(

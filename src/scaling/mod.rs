@@ -33,7 +33,9 @@ pub use startup::{
     Learned, MAX_STARTUP_SECONDS, effective as effective_startup, learn as learn_startup,
 };
 pub use step::cap_scale_down;
-pub use victims::{Candidate, Ranking, pick, victim_costs};
+pub use victims::{
+    Candidate, LabelValues, Ranking, WarmthError, pick, victim_costs, warmth_by_pod,
+};
 pub use zero::{
     AwakeWait, ZeroMemory, ZeroPhase, ZeroReason, ZeroRules, decide_with_zero, phase as zero_phase,
 };

@@ -4,4 +4,5 @@ pub mod allow;
 pub mod decision_server;
 pub mod gate;
 pub mod http;
+pub mod no_series;
 pub mod prometheus;

@@ -12,6 +12,7 @@ use serde::Deserialize;
 use thiserror::Error;
 
 use super::http::{self, HttpError};
+use super::no_series::{self, Diagnosis};
 
 #[derive(Debug, Error)]
 pub enum QueryError {
@@ -27,6 +28,8 @@ pub enum QueryError {
     Decode(String),
     #[error("the query returned no series (an empty vector)")]
     Empty,
+    #[error("the query returned no series: {0}")]
+    NoSeries(Diagnosis),
     #[error(
         "the query returned {count} series ({first}, {second}, ...) but must return one: aggregate them with avg(...) or sum(...)"
     )]
@@ -50,7 +53,8 @@ pub struct Series {
     pub value: f64,
 }
 
-/// Runs `query` and returns its single value.
+/// Runs `query` and returns its single value. When it matches no series, Prometheus is asked
+/// which of its matchers no series carries, so the error says what to check.
 pub async fn query_value(
     client: &reqwest::Client,
     server: &str,
@@ -58,7 +62,12 @@ pub async fn query_value(
     query: &str,
 ) -> Result<f64, QueryError> {
     let (status, body) = fetch(client, server, headers, query).await?;
-    single_value(status.as_u16(), &body)
+    match single_value(status.as_u16(), &body) {
+        Err(QueryError::Empty) => Err(QueryError::NoSeries(
+            no_series::diagnose(client, server, headers, query).await,
+        )),
+        other => other,
+    }
 }
 
 /// Runs `query` and returns every series of its instant vector (for per-pod queries).

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # Build (or reuse from the cache) the binaries of the local test control plane:
 #   etcd, kube-apiserver, kubectl, kube-controller-manager, kube-scheduler, kwok, helm
-# and link them into target/cluster/bin. On request only, also a benchmark peer:
-#   prometheus-adapter (never built by all/minimal, so never by `make test` or up.sh)
+# and link them into target/cluster/bin. On request only, never by all/minimal (so never by up.sh):
+#   prometheus-adapter   a benchmark peer (never by `make test` either)
+#   llm-d-inference-sim  a simulated vLLM server (pure Go, real vLLM-style /metrics)
+#   prometheus           a Prometheus server with kubernetes_sd_configs (Debian's has no k8s SD)
 #
-# Usage: tests/cluster/build.sh [all|minimal|adapter|tidy]
-#   all      (default) all six binaries
-#   minimal  only etcd and kube-apiserver
-#   adapter  only prometheus-adapter (module tests/cluster/prometheus-adapter)
-#   tidy     run `go mod tidy` in the module dirs (after bumping a version)
+# Usage: tests/cluster/build.sh [all|minimal|adapter|inference-sim|prometheus|tidy]
+#   all            (default) all six binaries
+#   minimal        only etcd and kube-apiserver
+#   adapter        only prometheus-adapter (module tests/cluster/prometheus-adapter)
+#   inference-sim  only llm-d-inference-sim (module github.com/llm-d/llm-d-inference-sim)
+#   prometheus     only prometheus (module github.com/prometheus/prometheus, cmd/prometheus)
+#   tidy           run `go mod tidy` in the module dirs (after bumping a version)
 #
 # Binaries are cached outside the repo, keyed by the sha256 of what defines them:
 #   ${LLMSCALER_CLUSTER_CACHE:-$HOME/.cache/llmscaleoperator/cluster}/<tool>-<sha256>/
@@ -25,6 +29,24 @@ KWOK_VERSION=v0.8.0
 HELM_PKG=helm.sh/helm/v3/cmd/helm
 HELM_VERSION=v3.20.2
 HELM_K8S_MINOR=35 # minor of the k8s.io/client-go that helm $HELM_VERSION uses (v0.35.x)
+
+# Built from a copy of its own module (see build_sim). SIM_SUM is the go.sum h1: hash of the
+# module zip; bump it with SIM_VERSION (`go mod download -json $SIM_MODULE@<version>` prints it).
+SIM_MODULE=github.com/llm-d/llm-d-inference-sim
+SIM_VERSION=v0.10.2
+SIM_SUM=h1:LzeQsvnsNwgtAIl1tVp/jrC+jI0a+0mjRH8tHo1mTI0=
+SIM_CMD=cmd/llm-d-inference-sim
+
+# Built like llm-d-inference-sim. Module v0.3XX.Y is Prometheus 3.XX.Y (v0.5X.Y was 2.5X.Y); its
+# VERSION file gives the -X version. Only the kubernetes SD (plus the always-on static, file and
+# http SDs): plugins/plugin_*.go are `//go:build !remove_all_sd || enable_<name>_sd`. No
+# builtinassets tag: no web UI (the UI pages answer 500/404), the HTTP API (/api/v1/*, /-/ready)
+# works. Upstream's go.mod needs Go >= 1.26.7.
+PROM_MODULE=github.com/prometheus/prometheus
+PROM_VERSION=v0.316.0
+PROM_SUM=h1:f1GRFerhTMKQma+awCoC9T820ecWeGSdF+xAlMHzZzM=
+PROM_CMD=cmd/prometheus
+PROM_TAGS=remove_all_sd,enable_kubernetes_sd
 
 # Bump when the way binaries are built changes, to invalidate the cache.
 RECIPE_VERSION=1
@@ -122,6 +144,66 @@ build_adapter() {
   (cd "$SCRIPT_DIR/prometheus-adapter" && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$1" "$ADAPTER_PKG")
 }
 
+# module_src WORK MODULE VERSION SUM SUBDIR: `go mod download` the exact MODULE@VERSION, check its
+# h1: hash against SUM and copy it to WORK/src (writable; the module cache is read-only), which
+# must contain SUBDIR. Not `go install pkg@version` like kwok/helm: the module proxy refuses the
+# version list of some modules (`go install` then fails while "loading deprecation"), while the
+# download of an exact version is served (checked against GOSUMDB as usual, and here against SUM).
+# Building WORK/src as the main module lets upstream's own go.mod/go.sum pin every dependency, as
+# `go install` would.
+module_src() {
+  local work=$1 module=$2 version=$3 want=$4 subdir=$5 json dir sum
+  # Run outside any module so that no go.mod or go.work of ours takes part.
+  if ! json=$(cd "$work" && GOWORK=off go mod download -json "$module@$version"); then
+    printf '%s\n' "$json" >&2
+    return 1
+  fi
+  dir=$(printf '%s\n' "$json" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
+  sum=$(printf '%s\n' "$json" | sed -n 's/^[[:space:]]*"Sum": "\(.*\)",\{0,1\}$/\1/p')
+  if [[ "$sum" != "$want" ]]; then
+    log "$module@$version has sum '$sum', expected $want"
+    return 1
+  fi
+  if [[ ! -d "$dir/$subdir" ]]; then
+    log "no $subdir in the downloaded module dir '$dir' of $module@$version"
+    return 1
+  fi
+  cp -R "$dir" "$work/src" && chmod -R u+w "$work/src"
+}
+
+# --- llm-d-inference-sim: module github.com/llm-d/llm-d-inference-sim at $SIM_VERSION ---
+# Pure Go (upstream's Dockerfile builds it with CGO_ENABLED=0, no tags); it has no version
+# variable to set with -X.
+build_sim() {
+  local out=$1 work
+  work=$(mktemp -d "${out%/*}/.simsrc.XXXXXX")
+  if ! (module_src "$work" "$SIM_MODULE" "$SIM_VERSION" "$SIM_SUM" "$SIM_CMD" \
+    && cd "$work/src" && GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$out" "./$SIM_CMD"); then
+    rm -rf "$work"
+    return 1
+  fi
+  rm -rf "$work"
+}
+
+# --- prometheus: module github.com/prometheus/prometheus at $PROM_VERSION, cmd/prometheus ---
+# As upstream's .promu.yml, minus the builtinassets tag and the Revision/BuildUser/BuildDate -X
+# (no git metadata in a module zip); netgo is implied by CGO_ENABLED=0.
+build_prometheus() {
+  local out=$1 work
+  work=$(mktemp -d "${out%/*}/.promsrc.XXXXXX")
+  if ! (module_src "$work" "$PROM_MODULE" "$PROM_VERSION" "$PROM_SUM" "$PROM_CMD" \
+    && cd "$work/src" && grep -q '^//go:build !remove_all_sd || enable_kubernetes_sd$' plugins/plugin_kubernetes.go \
+    && v=$(tr -d '[:space:]' <VERSION) && [[ -n "$v" ]] \
+    && GOWORK=off CGO_ENABLED=0 go build -trimpath -tags "$PROM_TAGS" \
+      -ldflags "-s -w -X github.com/prometheus/common/version.Version=$v -X github.com/prometheus/common/version.Branch=HEAD" \
+      -o "$out" "./$PROM_CMD"); then
+    log "prometheus: build of $PROM_MODULE@$PROM_VERSION failed (or its plugins/plugin_kubernetes.go lacks the SD build tags)"
+    rm -rf "$work"
+    return 1
+  fi
+  rm -rf "$work"
+}
+
 # --- go install tools ---
 go_install() {
   local out=$1 pkg=$2 version=$3 ldflags=$4
@@ -147,10 +229,10 @@ tidy() {
 main() {
   local what=${1:-all}
   case "$what" in
-    all | minimal | adapter) ;;
+    all | minimal | adapter | inference-sim | prometheus) ;;
     tidy) tidy; return ;;
-    -h | --help) sed -n '2,15p' "$0"; return ;;
-    *) die "unknown argument '$what' (expected all, minimal, adapter or tidy)" ;;
+    -h | --help) sed -n '2,18p' "$0"; return ;;
+    *) die "unknown argument '$what' (expected all, minimal, adapter, inference-sim, prometheus or tidy)" ;;
   esac
 
   mkdir -p "$CACHE_ROOT"
@@ -168,6 +250,20 @@ main() {
     local adapter_dir
     adapter_dir="$CACHE_ROOT/prometheus-adapter-$(hash_files "$SCRIPT_DIR/prometheus-adapter/go.mod" "$SCRIPT_DIR/prometheus-adapter/go.sum" "$SCRIPT_DIR/prometheus-adapter/tools.go")"
     ensure_built prometheus-adapter "$adapter_dir" build_adapter
+    log "done in $(fmt_secs $((SECONDS - total_start))); binary in ${BIN_DIR#"$REPO_ROOT"/} (cache: $CACHE_ROOT)"
+    return
+  fi
+
+  # A simulated vLLM server for tests that need real /metrics; built only on request, likewise.
+  if [[ "$what" == inference-sim ]]; then
+    ensure_built llm-d-inference-sim "$CACHE_ROOT/llm-d-inference-sim-$(hash_string "$SIM_MODULE@$SIM_VERSION $SIM_SUM $SIM_CMD")" build_sim
+    log "done in $(fmt_secs $((SECONDS - total_start))); binary in ${BIN_DIR#"$REPO_ROOT"/} (cache: $CACHE_ROOT)"
+    return
+  fi
+
+  # A real Prometheus with kubernetes_sd_configs, for conformance tests; built only on request.
+  if [[ "$what" == prometheus ]]; then
+    ensure_built prometheus "$CACHE_ROOT/prometheus-$(hash_string "$PROM_MODULE@$PROM_VERSION $PROM_SUM $PROM_CMD tags=$PROM_TAGS version-ldflags=1")" build_prometheus
     log "done in $(fmt_secs $((SECONDS - total_start))); binary in ${BIN_DIR#"$REPO_ROOT"/} (cache: $CACHE_ROOT)"
     return
   fi

@@ -146,6 +146,7 @@ pub fn read_yaml<T: serde::de::DeserializeOwned>(relative: &str) -> T {
 }
 
 pub mod env;
+pub mod netns;
 pub mod prometheus;
 pub mod proxy;
 
