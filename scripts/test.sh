@@ -25,8 +25,9 @@ if [ "$started_cluster" = 1 ] && [ "${KEEP_CLUSTER:-0}" != 1 ]; then
   trap 'tests/cluster/down.sh || true' EXIT
 fi
 
-step "llm-d inference simulator (the vLLM conformance test's server)"
+step "the vLLM conformance test's servers: llm-d inference simulator, Prometheus with Kubernetes SD"
 tests/cluster/build.sh inference-sim
+tests/cluster/build.sh prometheus
 
 step "cargo test"
 log=$(mktemp)

@@ -38,7 +38,8 @@ use crate::scaling::{
     SkipReason, TargetState, ZeroMemory, decide, decide_with_zero, effective_startup, paused,
     signal_health, with_fallback,
 };
-use crate::signals::{decision_server, http, prometheus};
+use crate::signals::prometheus::{self, WhenEmpty};
+use crate::signals::{decision_server, http};
 use crate::telemetry::metrics::{
     FailureLabels, MetricLabels, ScaleLabels, ScalerLabels, SyncLabels, SyncResult,
 };
@@ -185,7 +186,13 @@ async fn observe(
     };
     let signal = match (&access, spec.metric_provider) {
         (Ok(access), MetricProvider::Prometheus) => {
-            Signal::Ratio(read_metrics(scaler, ctx, namespace, access).await)
+            // With no Ready pod, per-pod series are gone by design: nothing to explain.
+            let when_empty = if observed.ready_replicas > 0 {
+                WhenEmpty::Explain
+            } else {
+                WhenEmpty::Expected
+            };
+            Signal::Ratio(read_metrics(scaler, ctx, namespace, access, when_empty).await)
         }
         (Ok(access), MetricProvider::Custom) => {
             Signal::Absolute(read_decision(scaler, ctx, namespace, access).await?)
@@ -531,6 +538,7 @@ async fn read_metrics(
     ctx: &Context,
     namespace: &str,
     access: &ServerAccess,
+    when_empty: WhenEmpty,
 ) -> Vec<MetricReading> {
     let spec = &scaler.spec;
     let metrics = spec.metrics.as_deref().unwrap_or_default();
@@ -554,6 +562,7 @@ async fn read_metrics(
             &spec.server_address,
             &access.headers,
             &metric.query,
+            when_empty,
         )
         .await;
         ctx.metrics.observe_query(
@@ -587,11 +596,13 @@ async fn read_activation(
     query: &str,
 ) -> Result<f64, SkipReason> {
     let started = Instant::now();
+    // The one signal at zero: its emptiness is always worth explaining.
     let value = prometheus::query_value(
         &access.client,
         &scaler.spec.server_address,
         &access.headers,
         query,
+        WhenEmpty::Explain,
     )
     .await;
     ctx.metrics.observe_query(

@@ -53,17 +53,28 @@ pub struct Series {
     pub value: f64,
 }
 
-/// Runs `query` and returns its single value. When it matches no series, Prometheus is asked
-/// which of its matchers no series carries, so the error says what to check.
+/// What an answer with no series is worth to the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WhenEmpty {
+    /// A problem to explain: Prometheus is asked which of the query's matchers no series carries
+    /// (a few more queries, on this path only), so the error says what to check.
+    Explain,
+    /// Expected (no pod is Ready, so per-pod series are gone): [`QueryError::Empty`] as it is,
+    /// without asking more of Prometheus at every sync of a fleet at zero.
+    Expected,
+}
+
+/// Runs `query` and returns its single value.
 pub async fn query_value(
     client: &reqwest::Client,
     server: &str,
     headers: &HeaderMap,
     query: &str,
+    when_empty: WhenEmpty,
 ) -> Result<f64, QueryError> {
     let (status, body) = fetch(client, server, headers, query).await?;
     match single_value(status.as_u16(), &body) {
-        Err(QueryError::Empty) => Err(QueryError::NoSeries(
+        Err(QueryError::Empty) if when_empty == WhenEmpty::Explain => Err(QueryError::NoSeries(
             no_series::diagnose(client, server, headers, query).await,
         )),
         other => other,

@@ -40,8 +40,8 @@ SIM_CMD=cmd/llm-d-inference-sim
 # Built like llm-d-inference-sim. Module v0.3XX.Y is Prometheus 3.XX.Y (v0.5X.Y was 2.5X.Y); its
 # VERSION file gives the -X version. Only the kubernetes SD (plus the always-on static, file and
 # http SDs): plugins/plugin_*.go are `//go:build !remove_all_sd || enable_<name>_sd`. No
-# builtinassets tag: no web UI (the UI pages answer 500/404), the HTTP API (/api/v1/*, /-/ready)
-# works. Upstream's go.mod needs Go >= 1.26.7.
+# builtinassets tag, so no web UI (/query answers 500), while the HTTP API (/api/v1/*, /-/ready,
+# /metrics) works. Upstream's go.mod needs Go >= 1.26.7.
 PROM_MODULE=github.com/prometheus/prometheus
 PROM_VERSION=v0.316.0
 PROM_SUM=h1:f1GRFerhTMKQma+awCoC9T820ecWeGSdF+xAlMHzZzM=

@@ -109,6 +109,19 @@ impl Prometheus {
         Self::launch(scrape_configs, None, &[]).await
     }
 
+    /// [`Prometheus::with_scrape_configs`] on the upstream Prometheus that
+    /// `tests/cluster/build.sh prometheus` builds: Debian's is built without Kubernetes service
+    /// discovery.
+    pub async fn upstream_with_scrape_configs(scrape_configs: &str) -> Self {
+        let binary = super::repo_root().join("target/cluster/bin/prometheus");
+        assert!(
+            binary.exists(),
+            "{} is missing: run tests/cluster/build.sh prometheus (make test does)",
+            binary.display()
+        );
+        Self::launch_binary(binary, scrape_configs, None, &[]).await
+    }
+
     /// Starts Prometheus scraping `exporter` behind `web_config` (the `--web.config.file`
     /// contents: TLS, client certificates, basic auth), reached by the tests through `http` at
     /// https://localhost.
@@ -126,7 +139,15 @@ impl Prometheus {
         web: Option<(&str, reqwest::Client)>,
         rule_files: &[std::path::PathBuf],
     ) -> Self {
-        let binary = which_prometheus();
+        Self::launch_binary(which_prometheus(), scrape_configs, web, rule_files).await
+    }
+
+    async fn launch_binary(
+        binary: PathBuf,
+        scrape_configs: &str,
+        web: Option<(&str, reqwest::Client)>,
+        rule_files: &[std::path::PathBuf],
+    ) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
