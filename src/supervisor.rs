@@ -12,6 +12,7 @@ use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tokio_util::task::task_tracker::TrackedFuture;
+use tracing::Instrument;
 
 /// A task that stopped before shutdown.
 #[derive(Debug, Clone, Error, PartialEq, Eq)]
@@ -65,7 +66,8 @@ impl Supervisor {
         F: Future<Output = ()> + Send + 'static,
     {
         let name = name.into();
-        let inner = tokio::spawn(task);
+        // Whatever the service logs carries its name (a background task has no sync's span).
+        let inner = tokio::spawn(task.instrument(tracing::info_span!("service", service = %name)));
         let shutdown = self.shutdown.clone();
         let stopped = self.stopped.clone();
         self.tracker.spawn(async move {
@@ -93,7 +95,7 @@ impl Supervisor {
         F: Future<Output = ()> + Send + 'static,
     {
         let name = name.into();
-        let inner = tokio::spawn(task);
+        let inner = tokio::spawn(task.instrument(tracing::info_span!("job", job = %name)));
         self.tracker.spawn(async move {
             if let Err(error) = inner.await
                 && error.is_panic()

@@ -8,8 +8,11 @@
 #[path = "../benches/lab/mod.rs"]
 mod lab;
 
-use lab::{Lab, run_lab};
+use lab::{Lab, Operator, run_lab};
+use llmscaleoperator_sim::lab::metrics::Scrapes;
+use llmscaleoperator_sim::lab::policy::{Bounds, PodState, Policy, View};
 use llmscaleoperator_sim::lab::workload::Shape;
+use serde_json::json;
 
 #[test]
 fn the_lab_runs_every_policy_and_writes_its_report() {
@@ -84,4 +87,35 @@ fn the_lab_runs_every_policy_and_writes_its_report() {
         assert!(picture.contains("llmscaleoperator"), "{svg}");
     }
     std::fs::remove_dir_all(&out).unwrap();
+}
+
+/// The entrant runs the law that ships, every stage of it: with a fallback in its spec, a
+/// signal lost for `failureThreshold` syncs raises the fleet to the fallback's count, as the
+/// controller does (a lab that called `decide` alone would hold at 2 for ever).
+#[test]
+fn the_operator_entrant_runs_the_whole_law_fallback_included() {
+    let bounds = Bounds { min: 1, max: 10 };
+    let fallback = json!({ "fallback": { "failureThreshold": 3, "replicas": 6 } });
+    let pods: Vec<PodState> = (0..2)
+        .map(|id| PodState {
+            id,
+            created: 0.0,
+            ready_at: Some(1.0),
+        })
+        .collect();
+    // Nothing scraped: no series, so no usable signal.
+    let nothing = Scrapes::new();
+    let mut with = Operator::with(bounds, fallback);
+    let mut without = Operator::new(bounds);
+    let mut counts = Vec::new();
+    for sync in 1..=4 {
+        let view = View {
+            now: 600.0 + 15.0 * f64::from(sync),
+            spec: 2,
+            pods: &pods,
+            metrics: &nothing,
+        };
+        counts.push((with.decide(&view), without.decide(&view)));
+    }
+    assert_eq!(counts, [(2, 2), (2, 2), (6, 2), (6, 2)]);
 }

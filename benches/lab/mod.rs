@@ -13,13 +13,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use llmscaleoperator::api::behavior::{behavior, target_type, zero_rules};
+use llmscaleoperator::api::behavior::{behavior, stages, target_type, zero_rules};
 use llmscaleoperator::api::validation::parse_target;
 use llmscaleoperator::api::{LLMScalerSpec, ScaleDownBehavior};
 use llmscaleoperator::scaling::{
     Bounds as OpBounds, Input, Learned, Memory, MetricReading, Signal as OpSignal, SkipReason,
-    TargetState, TargetType, ZeroMemory, ZeroRules, decide, decide_with_zero, effective_startup,
-    learn_startup,
+    Stored, TargetState, TargetType, ZeroMemory, ZeroRules, effective_startup, law, learn_startup,
 };
 use llmscaleoperator_sim::lab::chart::{self, ParetoPoint, Timeline};
 use llmscaleoperator_sim::lab::engine::PodProfile;
@@ -62,7 +61,7 @@ use serde_json::json;
 /// (The per-pod metric without the router's queue, which has no series until a pod is Ready,
 /// was measured too: it waits one whole start-up with a single pod before sizing the fleet, and
 /// attained 8% on `idle` at 180 s against 39% with the queue in the metric.)
-struct Operator {
+pub struct Operator {
     label: String,
     spec: LLMScalerSpec,
     target: f64,
@@ -70,19 +69,21 @@ struct Operator {
     memory: Memory,
     zero: Option<ZeroRules>,
     zero_memory: ZeroMemory,
+    /// Consecutive syncs without a usable signal (the fallback's count).
+    syncs_without_signal: u32,
     learned: Option<Learned>,
     /// The newest Ready time counted into `learned`.
     learned_until: f64,
 }
 
 impl Operator {
-    fn new(bounds: Bounds) -> Self {
+    pub fn new(bounds: Bounds) -> Self {
         Self::with(bounds, json!({}))
     }
 
     /// The spec a user would write, with `overrides` merged over its top level (a null removes
     /// a field).
-    fn with(bounds: Bounds, overrides: serde_json::Value) -> Self {
+    pub fn with(bounds: Bounds, overrides: serde_json::Value) -> Self {
         let mut spec = json!({
             "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm"},
             "serverAddress": "http://prometheus:9090",
@@ -116,6 +117,7 @@ impl Operator {
             memory: Memory::default(),
             zero,
             zero_memory: ZeroMemory::default(),
+            syncs_without_signal: 0,
             learned: None,
             learned_until: 0.0,
         }
@@ -206,15 +208,18 @@ impl Policy for Operator {
             memory: std::mem::take(&mut self.memory),
             now,
         };
-        let decision = match &self.zero {
-            Some(rules) => {
-                let (decision, memory) =
-                    decide_with_zero(&input, rules, activation, self.zero_memory);
-                self.zero_memory = memory;
-                decision
-            }
-            None => decide(&input),
+        // The law that ships, every stage the spec sets (a lab run has no pause annotation).
+        let stages = stages(&self.spec, None).unwrap();
+        let stored = Stored {
+            zero: self.zero_memory,
+            syncs_without_signal: self.syncs_without_signal,
         };
+        let step = law(&input, &stages, self.zero.map(|_| activation), stored);
+        if let Some(zero) = step.zero {
+            self.zero_memory = zero;
+        }
+        self.syncs_without_signal = step.syncs_without_signal;
+        let decision = step.decision;
         self.memory = decision.memory;
         decision
             .write

@@ -7,7 +7,8 @@ use super::llmscaler::{
     LLMScalerSpec, MetricProvider, MetricTargetType, PolicyType, ScalingPolicy, SelectPolicy,
 };
 use crate::scaling::{
-    Behavior, FallbackRules, PolicyKind, RatePolicy, Rules, Select, TargetType, ZeroRules,
+    Behavior, FallbackRules, Pause, PolicyKind, RatePolicy, Rules, Select, Stages, TargetType,
+    ZeroRules,
 };
 
 /// A field that admission should have refused (the object predates the rule).
@@ -112,6 +113,16 @@ pub fn fallback_rules(spec: &LLMScalerSpec) -> Option<FallbackRules> {
     spec.fallback.as_ref().map(|f| FallbackRules {
         failure_threshold: u32::try_from(f.failure_threshold.max(1)).unwrap_or(1),
         replicas: f.replicas,
+    })
+}
+
+/// The stages of the law the spec sets beyond the ratio, with the pause its annotations ask for:
+/// what the controller and the lab's operator entrant both hand to [`crate::scaling::law`].
+pub fn stages(spec: &LLMScalerSpec, pause: Option<Pause>) -> Result<Stages, BehaviorError> {
+    Ok(Stages {
+        zero: zero_rules(spec)?,
+        fallback: fallback_rules(spec),
+        pause,
     })
 }
 

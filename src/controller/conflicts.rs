@@ -217,7 +217,7 @@ impl Conflicts {
                 other.namespace().as_deref() == Some(namespace)
                     && other.uid() != scaler.uid()
                     && TargetKey::of(&other.spec.target_ref) == target
-                    && !super::reconcile::is_dry_run(other)
+                    && !super::annotations::is_dry_run(other)
                     && precedes(other, scaler)
             })
         });

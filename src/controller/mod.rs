@@ -1,5 +1,6 @@
 //! Everything that talks to the cluster on behalf of an LLMScaler.
 
+mod annotations;
 mod cached_watch;
 pub mod conflicts;
 mod error;
@@ -7,6 +8,7 @@ pub mod events;
 #[cfg(test)]
 mod fast_tier;
 pub mod headers;
+mod memory;
 mod preflight;
 mod reconcile;
 pub mod scale;
@@ -54,17 +56,8 @@ pub struct Context {
     pub secrets: secrets::SecretCache,
     /// Clients for servers with a private CA or a client certificate (serverTLS).
     pub tls_clients: server_access::TlsClients,
-    /// (topic, scaler uid) pairs already told once.
-    told: std::sync::Mutex<std::collections::HashSet<(&'static str, String)>>,
-    /// The digest of the last message told per (topic, scaler uid), for notices told again only
-    /// when what they say changes.
-    last_told: std::sync::Mutex<std::collections::HashMap<(&'static str, String), u64>>,
-    /// Scaler uids known to have left no deletion-cost marks behind. Unknown (e.g. after a
-    /// restart) counts as "may have marks", so the first sync checks.
-    unmarked: std::sync::Mutex<std::collections::HashSet<String>>,
-    /// Each scaler's recent demand, which the look-ahead fits its trend to. Kept in memory only:
-    /// it changes every sync, and a restart refits it within one start-up delay.
-    samples: std::sync::Mutex<std::collections::HashMap<String, Vec<crate::scaling::Sample>>>,
+    /// What this process remembers of each scaler between syncs, one record per uid.
+    pub memory: memory::Memories,
     /// The background tasks and the syncs running now; a shutdown waits for them.
     supervisor: Supervisor,
 }
@@ -100,107 +93,9 @@ impl Context {
             allowed: shared.allowed,
             secrets: Default::default(),
             tls_clients: Default::default(),
-            told: Default::default(),
-            last_told: Default::default(),
-            unmarked: Default::default(),
-            samples: Default::default(),
+            memory: Default::default(),
             supervisor,
             client,
-        }
-    }
-
-    /// True the first time it is asked about this topic for this scaler incarnation (`uid`, or
-    /// `uid/qualifier` for something told once per value).
-    pub fn first_time(&self, topic: &'static str, uid: &str) -> bool {
-        let mut told = self
-            .told
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        told.insert((topic, uid.to_owned()))
-    }
-
-    /// True when `message` differs from what was last told about this topic for this scaler
-    /// incarnation (and remembers it): a state that lasts many syncs is told when it begins and
-    /// when it changes, not folded into an event series at every sync.
-    pub fn changed(&self, topic: &'static str, uid: &str, message: &str) -> bool {
-        use std::hash::{Hash, Hasher};
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        message.hash(&mut hasher);
-        let digest = hasher.finish();
-        let mut last = self
-            .last_told
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        last.insert((topic, uid.to_owned()), digest) != Some(digest)
-    }
-
-    /// Forgets what was last told about this topic, once the state it described has ended: the
-    /// same state beginning again is news again.
-    pub fn ended(&self, topic: &'static str, uid: &str) {
-        let mut last = self
-            .last_told
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        last.remove(&(topic, uid.to_owned()));
-    }
-
-    pub fn may_have_marks(&self, uid: &str) -> bool {
-        let unmarked = self
-            .unmarked
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        !unmarked.contains(uid)
-    }
-
-    /// Drops what this process remembers of a scaler incarnation that is gone, so deleted
-    /// scalers do not accumulate.
-    pub fn forget_uid(&self, uid: &str) {
-        self.unmarked
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(uid);
-        // Keys are the uid, or the uid and a qualifier after a slash.
-        let qualified = format!("{uid}/");
-        self.told
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .retain(|(_, told)| told != uid && !told.starts_with(&qualified));
-        self.last_told
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .retain(|(_, told), _| told != uid);
-        self.samples
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(uid);
-    }
-
-    /// The demand samples remembered for a scaler.
-    pub fn samples(&self, uid: &str) -> Vec<crate::scaling::Sample> {
-        self.samples
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(uid)
-            .cloned()
-            .unwrap_or_default()
-    }
-
-    pub fn set_samples(&self, uid: &str, samples: Vec<crate::scaling::Sample>) {
-        self.samples
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(uid.to_owned(), samples);
-    }
-
-    pub fn set_may_have_marks(&self, uid: &str, may: bool) {
-        let mut unmarked = self
-            .unmarked
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if may {
-            unmarked.remove(uid);
-        } else {
-            unmarked.insert(uid.to_owned());
         }
     }
 }
@@ -365,16 +260,16 @@ fn forget_scaler(ctx: &Arc<Context>, scaler: &LLMScaler) {
     // Deletion-cost marks of a scale-down that never happened would steer the next scale-down of
     // whoever scales the target now; the leader takes them away.
     let uid = scaler.uid().unwrap_or_default();
-    if ctx.leadership.may_write() && ctx.may_have_marks(&uid) {
+    if ctx.leadership.may_write() && ctx.memory.may_have_marks(&uid) {
         let job = ctx.clone();
         let scaler = scaler.clone();
         ctx.supervisor
             .spawn_job("deletion-cost clean-up", async move {
                 victims::clear_after_delete(&job, &scaler).await;
-                job.forget_uid(&uid);
+                job.memory.forget(&uid);
             });
     } else {
-        ctx.forget_uid(&uid);
+        ctx.memory.forget(&uid);
     }
 }
 

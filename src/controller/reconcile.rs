@@ -1,7 +1,8 @@
 //! One sync of one LLMScaler, in three steps:
 //!
 //! 1. [`observe`], on every replica: read the target, the signal and the start-up delay, and
-//!    decide with the pure [`crate::scaling::decide`]. Any failure is one [`SyncError`].
+//!    decide with the pure [`crate::scaling::law`] (the lab's operator runs the same). Any
+//!    failure is one [`SyncError`].
 //! 2. The [`Writer`], on the leader only (leadership is asked once per sync, after the signal was
 //!    read): mark the victims of a scale-down, write spec.replicas, then the status and the
 //!    events, each rendered from the one outcome.
@@ -20,6 +21,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use thiserror::Error;
 
+use super::annotations::is_dry_run;
 use super::error::SyncError;
 use super::events::{self, Note};
 use super::server_access::{self, ServerAccess};
@@ -34,9 +36,8 @@ use crate::names::{
     PAUSED_REPLICAS_ANNOTATION,
 };
 use crate::scaling::{
-    Bounds, Decision, HoldReason, Input, MetricReading, Pause, Reason, Signal, SignalHealth,
-    SkipReason, TargetState, ZeroMemory, decide, decide_with_zero, effective_startup, paused,
-    signal_health, with_fallback,
+    Bounds, Decision, HoldReason, Input, MetricReading, Pause, Reason, Signal, SkipReason, Step,
+    Stored, TargetState, ZeroMemory, effective_startup, law,
 };
 use crate::signals::prometheus::{self, WhenEmpty};
 use crate::signals::{decision_server, http};
@@ -201,8 +202,8 @@ async fn observe(
         (Err(why), MetricProvider::Custom) => Signal::Absolute(Err(why.to_string())),
     };
     let behavior = crate::api::behavior::behavior(spec)?;
-    let zero_rules = crate::api::behavior::zero_rules(spec)?;
-    let activation = match (&zero_rules, &spec.scale_to_zero, &access) {
+    let stages = crate::api::behavior::stages(spec, pause)?;
+    let activation = match (&stages.zero, &spec.scale_to_zero, &access) {
         (Some(_), Some(zero), Ok(access)) => {
             Some(read_activation(scaler, ctx, namespace, access, &zero.activation_query).await)
         }
@@ -218,7 +219,7 @@ async fn observe(
         _ => scaler.status.as_ref().and_then(|s| s.startup.clone()),
     };
     let mut memory = status::stored_memory(scaler.status.as_ref(), &uid, &target_uid);
-    memory.samples = ctx.samples(&uid);
+    memory.samples = ctx.memory.samples(&uid);
     let input = Input {
         signal,
         target: observed.clone(),
@@ -234,39 +235,18 @@ async fn observe(
         memory,
         now,
     };
-    let activation_read = activation
-        .as_ref()
-        .map(|a| a.as_ref().is_ok_and(|v| v.is_finite()));
-    let (decision, zero) = match (zero_rules, activation) {
-        (Some(rules), Some(activation)) => {
-            let (decision, zero) = decide_with_zero(
-                &input,
-                &rules,
-                activation,
-                status::stored_zero(scaler.status.as_ref()),
-            );
-            (decision, Some(zero))
-        }
-        _ => (decide(&input), None),
+    let stored = Stored {
+        zero: status::stored_zero(scaler.status.as_ref()),
+        syncs_without_signal: status::stored_syncs_without_signal(scaler.status.as_ref()),
     };
-    // Counted with or without a fallback: status says how long the signal has been gone.
-    let health = signal_health(&decision, &observed, activation_read);
-    let before = status::stored_syncs_without_signal(scaler.status.as_ref());
-    let (decision, syncs_without_signal) = match crate::api::behavior::fallback_rules(spec) {
-        Some(rules) => with_fallback(decision, &rules, health, before, &input),
-        None => {
-            let syncs = match health {
-                SignalHealth::Lost => before.saturating_add(1),
-                SignalHealth::Usable | SignalHealth::NotExpected => 0,
-            };
-            (decision, syncs)
-        }
-    };
-    let decision = match pause {
-        Some(pause) => paused(decision, pause, &observed, &input.memory),
-        None => decision,
-    };
-    ctx.set_samples(&uid, decision.memory.samples.clone());
+    let Step {
+        decision,
+        zero,
+        syncs_without_signal,
+        health: _,
+    } = law(&input, &stages, activation, stored);
+    ctx.memory
+        .set_samples(&uid, decision.memory.samples.clone());
     Ok(Observed {
         decision,
         target: observed,
@@ -398,8 +378,8 @@ impl<'a> Writer<'a> {
                 .map(|n| n.message.as_str())
                 .collect();
             if told.is_empty() {
-                ctx.ended(topic, &uid);
-            } else if !ctx.changed(topic, &uid, &told.join("\n")) {
+                ctx.memory.ended(topic, &uid);
+            } else if !ctx.memory.changed(topic, &uid, &told.join("\n")) {
                 candidates.retain(|n| n.reason != topic);
             }
         }
@@ -413,7 +393,7 @@ impl<'a> Writer<'a> {
         notes.extend(
             events::spec_notices(scaler)
                 .into_iter()
-                .filter(|n| ctx.first_time(n.reason, &uid)),
+                .filter(|n| ctx.memory.first_time(n.reason, &uid)),
         );
         events::publish(&ctx.recorder, scaler, &notes).await;
         Ok(())
@@ -424,9 +404,10 @@ impl<'a> Writer<'a> {
     fn worth_telling(&self, note: &Note, uid: &str, target: Option<&TargetState>) -> bool {
         match (note.reason, target) {
             // The number starting falls as the pods load.
-            (events::STARTING_COUNTED, Some(target)) => self.ctx.first_time(
+            (events::STARTING_COUNTED, Some(target)) => self.ctx.memory.first_time_for(
                 events::STARTING_COUNTED,
-                &format!("{uid}/{}", target.spec_replicas),
+                uid,
+                target.spec_replicas.to_string(),
             ),
             _ => true,
         }
@@ -488,13 +469,6 @@ fn pause_of(scaler: &LLMScaler) -> Result<Option<Pause>, SyncError> {
             expected: "write \"true\" (or \"false\")".to_owned(),
         }),
     }
-}
-
-pub(super) fn is_dry_run(scaler: &LLMScaler) -> bool {
-    scaler
-        .annotations()
-        .get(DRY_RUN_ANNOTATION)
-        .is_some_and(|v| v == "true")
 }
 
 /// The client and headers serverAddress is reached with, once the address is allowed (checked
@@ -851,7 +825,7 @@ pub fn error_policy(scaler: Arc<LLMScaler>, error: &ReconcileError, _ctx: Arc<Co
 /// metrics of a waiting scaler are served from its first sync, at most one period later.
 fn wait_for_own_slot(scaler: &LLMScaler, ctx: &Context) -> Option<Duration> {
     let uid = scaler.metadata.uid.as_deref()?;
-    if !ctx.first_time(FIRST_SIGHT, uid) {
+    if !ctx.memory.first_time(FIRST_SIGHT, uid) {
         return None;
     }
     let synced_before = scaler.status.as_ref().is_some_and(|s| {

@@ -79,12 +79,9 @@ pub async fn observe(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scaling::fixture::t;
     use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-
-    fn t(s: i64) -> Timestamp {
-        Timestamp::from_second(1_800_000_000 + s).unwrap()
-    }
 
     fn pod(created: i64, ready: Option<i64>) -> Pod {
         Pod {

@@ -556,13 +556,10 @@ fn set_condition(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scaling::fixture::t;
     use crate::scaling::{
         Behavior, Bounds, Input, Memory, MetricReading, Signal, TargetType, decide,
     };
-
-    fn t(s: i64) -> Timestamp {
-        Timestamp::from_second(1_800_000_000 + s).unwrap()
-    }
 
     fn decided(value: f64, spec: i32, min: i32, max: i32) -> (Decision, TargetState) {
         let target = TargetState {

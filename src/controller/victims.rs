@@ -264,7 +264,7 @@ pub(super) async fn for_sync(
         message,
     };
     if !cache_aware {
-        if removed > 0 && ctx.first_time("no-victim-selection", &uid) {
+        if removed > 0 && ctx.memory.first_time("no-victim-selection", &uid) {
             let why = if spec.scale_down.behavior == ScaleDownBehavior::None {
                 "scaleDown.behavior is None".to_owned()
             } else {
@@ -284,7 +284,7 @@ pub(super) async fn for_sync(
 
     if removed == 0 {
         // Marks from an earlier sync whose scale-down did not happen must not linger.
-        if !ctx.may_have_marks(&uid) {
+        if !ctx.memory.may_have_marks(&uid) {
             return Vec::new();
         }
         let params = match pods_of(target) {
@@ -293,7 +293,7 @@ pub(super) async fn for_sync(
         };
         return match clear(&ctx.client, namespace, &params, &[]).await {
             Ok(_) => {
-                ctx.set_may_have_marks(&uid, false);
+                ctx.memory.set_may_have_marks(&uid, false);
                 Vec::new()
             }
             Err(e) => vec![warn(
@@ -317,7 +317,7 @@ pub(super) async fn for_sync(
         },
         _ => Warmth::Newest,
     };
-    ctx.set_may_have_marks(&uid, true);
+    ctx.memory.set_may_have_marks(&uid, true);
     let marked = match mark(&ctx.client, namespace, target, removed, warmth).await {
         Ok(marked) => marked,
         Err(e) => {
@@ -335,11 +335,14 @@ pub(super) async fn for_sync(
             let message = format!(
                 "deletionCostQuery could not be used ({error}); the newest pods are taken as the coldest"
             );
-            if ctx.changed(DELETION_COST_QUERY_FAILED, &uid, &message) {
+            if ctx
+                .memory
+                .changed(DELETION_COST_QUERY_FAILED, &uid, &message)
+            {
                 notes.push(warn(DELETION_COST_QUERY_FAILED, message));
             }
         }
-        None => ctx.ended(DELETION_COST_QUERY_FAILED, &uid),
+        None => ctx.memory.ended(DELETION_COST_QUERY_FAILED, &uid),
     }
     for (pod, error) in &marked.failed {
         notes.push(warn(

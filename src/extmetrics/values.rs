@@ -115,10 +115,7 @@ fn item<'a>(
 mod tests {
     use super::*;
     use crate::metric_cache::{CachedMetric, ScalerKey};
-
-    fn t(s: i64) -> Timestamp {
-        Timestamp::from_second(1_800_000_000 + s).unwrap()
-    }
+    use crate::scaling::fixture::t;
 
     fn cache() -> MetricCache {
         let cache = MetricCache::default();

@@ -244,10 +244,7 @@ fn to_i32(v: i64) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn t(s: i64) -> Timestamp {
-        Timestamp::from_second(1_800_000_000 + s).unwrap()
-    }
+    use crate::scaling::fixture::t;
 
     fn pods(value: i32, period_seconds: i32) -> RatePolicy {
         RatePolicy {

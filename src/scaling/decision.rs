@@ -2,224 +2,18 @@
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::behavior::{self, Behavior, Change, RatePolicy};
+use super::behavior::{self, Behavior, Change};
 use super::forecast::{self, Sample};
-use super::recommend::{SkipReason, TargetType, metric_need, round_up};
+use super::recommend::{SkipReason, metric_need, round_up};
 use super::stabilization::{Entry, Hold, record, stabilized};
 use super::step::cap_scale_down;
+use super::types::{
+    Decision, DeferReason, Direction, HoldReason, Input, LimitReason, Memory, MetricOutcome,
+    PlanReason, Reason, Signal,
+};
 
 /// The name under which an absolute decision appears among the metrics (status, cache, events).
 use crate::names::DECISION_METRIC;
-
-/// The replica bounds of the spec.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Bounds {
-    pub min: i32,
-    pub max: i32,
-}
-
-/// What the target looks like right now.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TargetState {
-    /// spec.replicas: the count this operator writes.
-    pub spec_replicas: i32,
-    /// status.readyReplicas: the serving capacity the ratio is computed from.
-    pub ready_replicas: i32,
-    /// Why the target is mid-rollout, if it is.
-    pub rollout: Option<Rollout>,
-}
-
-/// Why a Deployment is mid-rollout.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Rollout {
-    #[error(
-        "the Deployment controller has not observed generation {generation} yet (observed {observed})"
-    )]
-    GenerationNotObserved { generation: i64, observed: i64 },
-    #[error("{updated} of {spec} replicas run the current template")]
-    NotUpdated { updated: i32, spec: i32 },
-    #[error("{old} replicas of an older template are still running")]
-    OldPodsRunning { old: i32 },
-}
-
-/// One metric's reading at this sync.
-#[derive(Debug, Clone, PartialEq)]
-pub struct MetricReading {
-    pub name: String,
-    pub value: Result<f64, SkipReason>,
-    pub target: f64,
-    pub kind: TargetType,
-}
-
-/// Where the recommendation comes from.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Signal {
-    /// Per-replica metrics and the HPA ratio; the largest recommendation wins.
-    Ratio(Vec<MetricReading>),
-    /// An absolute replica count (a decision server), or why there is none.
-    Absolute(Result<i32, String>),
-}
-
-/// What earlier syncs left for this one: the recommendations inside each stabilization window,
-/// the changes inside the rate policies' periods, and the recent demand the trend is fitted to.
-/// Each is a pure function of the previous memory and the sync; the controller persists all but
-/// `samples` in status (a restart refits the trend over one start-up delay).
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Memory {
-    /// Recommendations inside the scale-down window.
-    pub down: Vec<Entry>,
-    /// Recommendations inside the scale-up window.
-    pub up: Vec<Entry>,
-    pub changes: Vec<Change>,
-    pub samples: Vec<Sample>,
-}
-
-/// Everything one decision depends on.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Input {
-    pub signal: Signal,
-    pub target: TargetState,
-    pub bounds: Bounds,
-    pub behavior: Behavior,
-    /// Seconds a new pod takes to become useful (spec or learned); `None`: unknown, so nothing
-    /// is looked ahead.
-    pub startup_seconds: Option<f64>,
-    pub memory: Memory,
-    pub now: Timestamp,
-}
-
-/// What one metric contributed.
-#[derive(Debug, Clone, PartialEq)]
-pub struct MetricOutcome {
-    pub name: String,
-    pub value: Option<f64>,
-    pub recommendation: Result<i32, SkipReason>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum HoldReason {
-    /// Every metric was skipped: the fleet stays where it is.
-    NoUsableMetric,
-    /// The decision server gave no usable count.
-    SignalUnavailable(String),
-    /// Paused by annotation: the replica count is the pause's.
-    Paused(super::pause::Pause),
-    /// No usable signal for `syncs` consecutive syncs: the fleet runs at no fewer than `floor`.
-    Fallback { syncs: u32, floor: i32 },
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum DeferReason {
-    /// The target is mid-rollout; both directions wait.
-    Rollout(Rollout),
-    /// A scale-down waits until every requested replica is ready.
-    NotSettled { ready: i32, spec: i32 },
-}
-
-/// A direction of change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Direction {
-    Up,
-    Down,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum LimitReason {
-    ClampedToMin {
-        recommended: i32,
-        min: i32,
-    },
-    ClampedToMax {
-        recommended: i32,
-        max: i32,
-    },
-    /// Held by a stabilization window: a scale-down at the highest recommendation within the
-    /// scale-down window, a scale-up at the lowest within the scale-up window.
-    Stabilized {
-        direction: Direction,
-        recommended: i32,
-        held_at: i32,
-        window_seconds: i32,
-    },
-    /// This step removes at most `max_step` replicas on the way to `desired`.
-    StepCapped {
-        desired: i32,
-        written: i32,
-        max_step: i32,
-    },
-    /// A rate policy allows only `written` now on the way to `desired`.
-    RateLimited {
-        direction: Direction,
-        desired: i32,
-        written: i32,
-        policy: RatePolicy,
-    },
-    /// `selectPolicy: Disabled` forbids this direction.
-    DirectionDisabled {
-        direction: Direction,
-        desired: i32,
-    },
-    /// No usable signal, but the target ran outside the bounds (maxReplicas lowered,
-    /// minReplicas raised): it is brought to the nearest bound, as the HPA does, since the bounds
-    /// need no measurement.
-    ToBounds {
-        current: i32,
-        bound: i32,
-    },
-}
-
-/// What the start-up awareness changed.
-#[derive(Debug, Clone, PartialEq)]
-pub enum PlanReason {
-    /// Ready pods alone would have asked for more, but pods already starting cover it.
-    StartingCounted { starting: i32 },
-    /// Sized for the demand expected when new pods are Ready, above what was measured.
-    LookedAhead {
-        measured: i32,
-        expected: i32,
-        horizon_seconds: i32,
-    },
-    /// The measurement alone would scale down to `measured`, but the demand is rising beyond its
-    /// noise, so the fleet stays at `kept`: a pod removed now would be asked for again before a
-    /// new one could be Ready.
-    RisingDemand { measured: i32, kept: i32 },
-}
-
-/// Why a sync did what it did; status conditions and events are rendered from these.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Reason {
-    Held(HoldReason),
-    Deferred(DeferReason),
-    Limited(LimitReason),
-    Planned(PlanReason),
-    /// What scale-to-zero did.
-    Zero(super::zero::ZeroReason),
-}
-
-/// The outcome of one sync: every number and every reason.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Decision {
-    /// The recommendation before any rail (bounds, windows, rates); `None` when nothing could be
-    /// measured.
-    pub recommendation: Option<i32>,
-    /// Destination after clamping and stabilization, before rate policies and the step cap
-    /// (status.desiredReplicas).
-    pub desired: i32,
-    /// spec.replicas to write now; `None` leaves the target untouched.
-    pub write: Option<i32>,
-    pub reasons: Vec<Reason>,
-    pub metrics: Vec<MetricOutcome>,
-    /// What to remember for the next sync.
-    pub memory: Memory,
-}
-
-impl Decision {
-    /// Replicas removed by this sync's write (the pods to pick victims for).
-    pub fn removed(&self, target: &TargetState) -> i32 {
-        self.write
-            .map_or(0, |w| target.spec_replicas.saturating_sub(w).max(0))
-    }
-}
 
 /// The demand of this sync in replicas: the largest per-metric need, each metric's outcome, and
 /// whether it came from the ratio (looked ahead and toleranced) or is an absolute count.
@@ -586,10 +380,8 @@ fn rate_limited(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn t(seconds: i64) -> Timestamp {
-        Timestamp::from_second(1_800_000_000 + seconds).unwrap()
-    }
+    use crate::scaling::fixture::t;
+    use crate::scaling::{Bounds, MetricReading, RatePolicy, Rollout, TargetState, TargetType};
 
     fn metric(name: &str, value: f64, target: f64) -> MetricReading {
         MetricReading {
@@ -1223,11 +1015,9 @@ mod tests {
 mod properties {
     use super::*;
     use crate::scaling::behavior::{PolicyKind, Rules, Select};
+    use crate::scaling::fixture::t;
+    use crate::scaling::{Bounds, MetricReading, RatePolicy, Rollout, TargetState, TargetType};
     use proptest::prelude::*;
-
-    fn t(seconds: i64) -> Timestamp {
-        Timestamp::from_second(1_800_000_000 + seconds).unwrap()
-    }
 
     fn any_rules() -> impl Strategy<Value = Rules> {
         (

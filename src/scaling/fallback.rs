@@ -2,8 +2,8 @@
 //! syncs without a usable one, a team may rather run at least a known count than whatever the
 //! fleet happened to have when the signal went away.
 
-use super::decision::{Decision, HoldReason, Input, Reason, TargetState};
 use super::stabilization::{Entry, Hold, record};
+use super::types::{Decision, HoldReason, Input, Reason, TargetState};
 
 /// The spec's fallback, in the core's terms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

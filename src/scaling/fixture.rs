@@ -7,6 +7,11 @@ use super::{
     Behavior, Bounds, Input, Memory, MetricReading, Signal, SkipReason, TargetState, TargetType,
 };
 
+/// `seconds` after the instant the tests count from (a fixed one, so runs repeat exactly).
+pub fn t(seconds: i64) -> Timestamp {
+    Timestamp::from_second(1_800_000_000 + seconds).unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
 /// One `Value` metric `q` with target 1 reading `value` (1.0 by default), one replica asked for
 /// and Ready, bounds 1..10, no windows or policies, no look-ahead, at the epoch.
 pub struct InputBuilder(Input);

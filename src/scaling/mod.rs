@@ -3,7 +3,9 @@
 //! Every number of the algorithm lives here and nowhere else: the HPA ratio, the look-ahead by one
 //! start-up delay, the tolerance, the clamp, stabilization windows, rate policies, the step cap,
 //! the rollout and settle guards, and the start-up delay learned from the target's pods. Nothing in this module performs
-//! I/O or reads a clock; the controller observes, calls [`decide`], and acts on the [`Decision`].
+//! I/O or reads a clock; the controller observes, calls [`law`] (the stages in order: [`decide`]
+//! or scale to zero, the signal's health and the fallback, a pause), and acts on the
+//! [`Decision`]. The lab's operator entrant calls the same [`law`].
 
 mod behavior;
 mod decision;
@@ -11,31 +13,34 @@ mod fallback;
 #[cfg(test)]
 pub(crate) mod fixture;
 mod forecast;
+mod law;
 mod pause;
 mod recommend;
 mod stabilization;
 mod startup;
 mod step;
+mod types;
 mod victims;
 mod zero;
 
 pub use behavior::{Behavior, Change, MAX_CHANGES, PolicyKind, RatePolicy, Rules, Select};
-pub use decision::{
-    Bounds, Decision, DeferReason, Direction, HoldReason, Input, LimitReason, Memory,
-    MetricOutcome, MetricReading, PlanReason, Reason, Rollout, Signal, TargetState, decide,
-};
+pub use decision::decide;
 pub use fallback::{FallbackRules, SignalHealth, health as signal_health, with_fallback};
 pub use forecast::Sample;
-pub use pause::{Pause, paused};
+pub use law::{Stages, Step, Stored, law};
+pub use pause::paused;
 pub use recommend::{SkipReason, TargetType, ratio_recommendation};
 pub use stabilization::{Entry, MAX_HISTORY};
 pub use startup::{
     Learned, MAX_STARTUP_SECONDS, effective as effective_startup, learn as learn_startup,
 };
 pub use step::cap_scale_down;
+pub use types::{
+    AwakeWait, Bounds, Decision, DeferReason, Direction, HoldReason, Input, LimitReason, Memory,
+    MetricOutcome, MetricReading, Pause, PlanReason, Reason, Rollout, Signal, TargetState,
+    ZeroReason,
+};
 pub use victims::{
     Candidate, LabelValues, Ranking, WarmthError, pick, victim_costs, warmth_by_pod,
 };
-pub use zero::{
-    AwakeWait, ZeroMemory, ZeroPhase, ZeroReason, ZeroRules, decide_with_zero, phase as zero_phase,
-};
+pub use zero::{ZeroMemory, ZeroPhase, ZeroRules, decide_with_zero, phase as zero_phase};

@@ -7,16 +7,7 @@
 //! what the demand asks for. The pause's own writes are the operator's hand, not the control
 //! law's, and are not counted by the rate policies (as the HPA does not count a manual scale).
 
-use super::decision::{Decision, HoldReason, Memory, Reason, TargetState};
-
-/// How a scaler is paused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pause {
-    /// Pinned at this count, whatever the signal, the bounds or a rollout say.
-    Pinned(i32),
-    /// Frozen at the count it has.
-    Frozen,
-}
+use super::types::{Decision, HoldReason, Memory, Pause, Reason, TargetState};
 
 /// `decision` under `pause`: the write is the pause's; the windows and the demand samples are the
 /// decision's (the signal's history goes on), the rate policies' changes are those from before

@@ -155,6 +155,7 @@ fn merge_closest_pair(hold: Hold, entries: &mut Vec<Entry>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scaling::fixture::t;
 
     /// The scale-down window.
     fn down(
@@ -169,10 +170,6 @@ mod tests {
 
     fn keep(history: &[Entry], entry: Entry, window: i32) -> Vec<Entry> {
         record(Hold::Highest, history, entry, window)
-    }
-
-    fn t(seconds: i64) -> Timestamp {
-        Timestamp::from_second(1_800_000_000 + seconds).unwrap()
     }
 
     fn e(seconds: i64, replicas: i32) -> Entry {

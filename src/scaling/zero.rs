@@ -10,11 +10,13 @@
 use k8s_openapi::jiff::Timestamp;
 
 use super::behavior::Select;
-use super::decision::{
-    Bounds, Decision, Direction, HoldReason, Input, LimitReason, Memory, Reason, decide,
-};
+use super::decision::decide;
 use super::recommend::SkipReason;
 use super::stabilization::Entry;
+use super::types::{
+    AwakeWait, Bounds, Decision, Direction, HoldReason, Input, LimitReason, Memory, Reason,
+    ZeroReason,
+};
 
 /// The spec's scaleToZero, in the core's terms.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -55,42 +57,6 @@ impl ZeroPhase {
             Self::Awake => "Awake",
         }
     }
-}
-
-/// Why going to zero waits, although the metrics alone would allow it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum AwakeWait {
-    /// The activation value is above the threshold, or could not be read.
-    Active {
-        activation: Result<f64, SkipReason>,
-        threshold: f64,
-    },
-    /// Idle, but not for long enough yet.
-    Idle { for_seconds: i64, of: i64 },
-    /// Woken too recently: a cold start is allowed to finish.
-    MinAwake { for_seconds: i64, of: i64 },
-}
-
-/// What scale-to-zero did at this sync.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ZeroReason {
-    /// At zero, and nothing asks for a replica.
-    AtZero {
-        activation: Result<f64, SkipReason>,
-        threshold: f64,
-    },
-    /// Woken from zero: the activation value is above the threshold, or the metrics asked for
-    /// replicas (`activation` is then what the activation query said).
-    Woke {
-        activation: Result<f64, SkipReason>,
-        threshold: f64,
-    },
-    /// Woken at `since`; no replica is Ready yet, so no per-pod metric can be read.
-    Waking { since: Timestamp },
-    /// The metrics recommend zero, but one replica stays.
-    KeptAwake { recommended: i32, wait: AwakeWait },
-    /// Gone to zero after `idle_seconds` without demand.
-    WentToZero { idle_seconds: i64 },
 }
 
 /// `input` decided with scale-to-zero: the recommendation of the metrics (`decide`), woken from
