@@ -9,7 +9,6 @@
 //! 3. On every replica: the metric cache that serves the external metrics API, and the
 //!    operator's own metrics, so a standby answers what the leader would.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,9 +40,8 @@ use crate::scaling::{
 };
 use crate::signals::prometheus::{self, WhenEmpty};
 use crate::signals::{decision_server, http};
-use crate::telemetry::metrics::{
-    FailureLabels, MetricLabels, ScaleLabels, ScalerLabels, SyncLabels, SyncResult,
-};
+use crate::telemetry::metrics::{MetricLabels, SyncResult};
+use crate::telemetry::sync_report::{Decided, Reported, SyncReport};
 
 /// A failure of the controller itself, retried by kube-runtime's error policy. What the user can
 /// fix is a [`SyncError`], reported on the scaler instead.
@@ -85,7 +83,9 @@ async fn sync(scaler: Arc<LLMScaler>, ctx: Arc<Context>) -> Result<Action, Recon
         tracing::warn!(reason = %error.reason(), detail = %error, "sync failed");
     }
     feed_cache(&ctx, &scaler, &namespace, &outcome, now);
-    count(&ctx, &scaler, &namespace, &outcome, started);
+    let name = scaler.name_any();
+    ctx.metrics
+        .record(&report(&scaler, &namespace, &name, &outcome, started));
     if let Some(writer) = writer {
         writer.report(&scaler, &namespace, &outcome, now).await?;
     }
@@ -688,128 +688,76 @@ fn feed_cache(
 
 /// The operator's own metrics of this sync: its result (and a failure's reason), its duration,
 /// the replica gauges and the scale counter.
-fn count(
-    ctx: &Context,
-    scaler: &LLMScaler,
-    namespace: &str,
-    outcome: &Result<Synced, SyncError>,
+/// The sync as the operator's metrics record it.
+fn report<'a>(
+    scaler: &'a LLMScaler,
+    namespace: &'a str,
+    name: &'a str,
+    outcome: &'a Result<Synced, SyncError>,
     started: Instant,
-) {
-    let metrics = &ctx.metrics;
-    let name = scaler.name_any();
-    let result = match outcome {
-        Ok(synced) => synced.result(),
+) -> SyncReport<'a> {
+    let synced = match outcome {
+        Ok(synced) => synced,
         Err(error) => {
-            metrics
-                .sync_failures
-                .get_or_create(&FailureLabels {
-                    namespace: namespace.to_owned(),
-                    scaler: name.clone(),
-                    reason: error.reason(),
-                })
-                .inc();
-            SyncResult::Failed
+            return SyncReport {
+                namespace,
+                scaler: name,
+                elapsed: started.elapsed(),
+                conditions: vec![(status::READY, false), (status::SCALING_ACTIVE, false)],
+                outcome: Reported::Failed(error.reason()),
+            };
         }
-    };
-    metrics
-        .syncs
-        .get_or_create(&SyncLabels {
-            namespace: namespace.to_owned(),
-            scaler: name.clone(),
-            result,
-        })
-        .inc();
-    metrics
-        .sync_duration
-        .observe(started.elapsed().as_secs_f64());
-    metrics.set_condition(namespace, &name, status::READY, outcome.is_ok());
-    let Ok(synced) = outcome else {
-        metrics.set_condition(namespace, &name, status::SCALING_ACTIVE, false);
-        metrics.clear_metric_values(namespace, &name);
-        return;
     };
     let Observed {
         decision, target, ..
     } = &synced.observed;
-    metrics.set_condition(
-        namespace,
-        &name,
-        status::SCALING_ACTIVE,
-        status::scaling_active(decision).0,
-    );
-    metrics.set_condition(
-        namespace,
-        &name,
-        status::SCALING_LIMITED,
-        status::scaling_limited(decision).0,
-    );
     let specs = scaler.spec.metrics.as_deref().unwrap_or_default();
-    for (i, outcome) in decision.metrics.iter().enumerate() {
-        let target = specs
-            .get(i)
-            .filter(|_| outcome.name != DECISION_METRIC)
-            .and_then(|m| parse_target(&m.target).ok());
-        let labels = MetricLabels {
-            namespace: namespace.to_owned(),
-            scaler: name.clone(),
-            metric: outcome.name.clone(),
-        };
-        metrics.set_metric(&labels, outcome.value, target);
-    }
-    let in_use: BTreeSet<&str> = decision
+    let metrics = decision
         .metrics
         .iter()
-        .map(|m| m.name.as_str())
-        .chain(scaler.spec.scale_to_zero.as_ref().map(|_| ACTIVATION_QUERY))
+        .enumerate()
+        .map(|(i, outcome)| {
+            let target = specs
+                .get(i)
+                .filter(|_| outcome.name != DECISION_METRIC)
+                .and_then(|m| parse_target(&m.target).ok());
+            (outcome.name.as_str(), outcome.value, target)
+        })
         .collect();
-    metrics.retain_metrics(namespace, &name, &in_use);
-    let labels = ScalerLabels {
-        namespace: namespace.to_owned(),
-        scaler: name.clone(),
-    };
-    metrics
-        .desired_replicas
-        .get_or_create(&labels)
-        .set(i64::from(decision.desired));
-    metrics
-        .current_replicas
-        .get_or_create(&labels)
-        .set(i64::from(target.ready_replicas));
-    let is_paused = decision
+    let paused = decision
         .reasons
         .iter()
         .any(|r| matches!(r, Reason::Held(HoldReason::Paused(_))));
-    metrics
-        .paused
-        .get_or_create(&labels)
-        .set(i64::from(is_paused));
-    metrics
-        .min_replicas
-        .get_or_create(&labels)
-        .set(i64::from(scaler.spec.min_replicas));
-    metrics
-        .max_replicas
-        .get_or_create(&labels)
-        .set(i64::from(scaler.spec.max_replicas));
-    metrics
-        .syncs_without_signal
-        .get_or_create(&labels)
-        .set(i64::from(synced.observed.syncs_without_signal));
-    // What was written, not what was decided: a standby and a dry run decide every sync too.
-    if let Some(written) = decision.write.filter(|_| synced.wrote) {
-        let direction = if written > target.spec_replicas {
-            "up"
-        } else {
-            "down"
-        };
-        metrics
-            .scale_events
-            .get_or_create(&ScaleLabels {
-                namespace: namespace.to_owned(),
-                scaler: name,
-                direction: direction.to_owned(),
-            })
-            .inc();
+    SyncReport {
+        namespace,
+        scaler: name,
+        elapsed: started.elapsed(),
+        conditions: vec![
+            (status::READY, true),
+            (status::SCALING_ACTIVE, status::scaling_active(decision).0),
+            (status::SCALING_LIMITED, status::scaling_limited(decision).0),
+        ],
+        outcome: Reported::Decided(Decided {
+            result: synced.result(),
+            metrics,
+            also_in_use: scaler
+                .spec
+                .scale_to_zero
+                .as_ref()
+                .map(|_| ACTIVATION_QUERY)
+                .into_iter()
+                .collect(),
+            desired: decision.desired,
+            ready: target.ready_replicas,
+            paused,
+            min: scaler.spec.min_replicas,
+            max: scaler.spec.max_replicas,
+            syncs_without_signal: synced.observed.syncs_without_signal,
+            written: decision
+                .write
+                .filter(|_| synced.wrote)
+                .map(|written| (written, target.spec_replicas)),
+        }),
     }
 }
 

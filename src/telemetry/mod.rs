@@ -5,6 +5,7 @@ mod endpoints;
 mod logging;
 pub mod metrics;
 mod secure_metrics;
+pub mod sync_report;
 
 pub use endpoints::{Health, bind_health, serve_health};
 pub use logging::{LogFormat, init_logging};
