@@ -18,7 +18,8 @@ use llmscaleoperator::api::validation::parse_target;
 use llmscaleoperator::api::{LLMScalerSpec, ScaleDownBehavior};
 use llmscaleoperator::scaling::{
     Bounds as OpBounds, Input, Learned, Memory, MetricReading, Signal as OpSignal, SkipReason,
-    Stored, TargetState, TargetType, ZeroMemory, ZeroRules, effective_startup, law, learn_startup,
+    Stored, TargetState, TargetType, Unreadable, ZeroMemory, ZeroRules, effective_startup, law,
+    learn_startup,
 };
 use llmscaleoperator_sim::lab::chart::{self, ParetoPoint, Timeline};
 use llmscaleoperator_sim::lab::engine::PodProfile;
@@ -129,6 +130,11 @@ impl Operator {
     }
 }
 
+/// What a query over series that do not exist answers (a fleet at zero has no pod to scrape).
+#[derive(Debug, thiserror::Error)]
+#[error("no series")]
+struct NoSeries;
+
 /// Requests in flight per pod: every ratio policy's reference target.
 const TARGET: f64 = 16.0;
 const EPOCH: i64 = 1_800_000_000;
@@ -161,9 +167,9 @@ impl Policy for Operator {
         let in_flight = running.iter().map(|(_, v)| v).sum::<f64>() + waiting;
         let activation = gateway
             .map(|g| g + in_flight)
-            .ok_or_else(|| SkipReason::Unavailable("no series".into()));
+            .ok_or_else(|| SkipReason::Unavailable(Unreadable::new(NoSeries)));
         let value = match gateway {
-            None if running.is_empty() => Err(SkipReason::Unavailable("no series".into())),
+            None if running.is_empty() => Err(SkipReason::Unavailable(Unreadable::new(NoSeries))),
             _ => {
                 let total = in_flight + gateway.unwrap_or(0.0);
                 Ok(match self.kind {

@@ -412,9 +412,9 @@ mod tests {
                 },
                 MetricReading {
                     name: "p99".into(),
-                    value: Err(SkipReason::Unavailable(
-                        "the query returned no series (an empty vector)".into(),
-                    )),
+                    value: Err(SkipReason::Unavailable(crate::scaling::Unreadable::new(
+                        std::io::Error::other("the query returned no series (an empty vector)"),
+                    ))),
                     target: 2.0,
                     kind: TargetType::Value,
                 },

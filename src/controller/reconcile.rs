@@ -36,7 +36,7 @@ use crate::names::{
 };
 use crate::scaling::{
     Bounds, Decision, HoldReason, Input, MetricReading, Pause, Reason, Signal, SkipReason, Step,
-    Stored, TargetState, ZeroMemory, effective_startup, law,
+    Stored, TargetState, Unreadable, ZeroMemory, effective_startup, law,
 };
 use crate::signals::prometheus::{self, WhenEmpty};
 use crate::signals::{decision_server, http};
@@ -52,6 +52,19 @@ pub enum ReconcileError {
     #[error("cannot write the status: {0}")]
     Status(#[source] kube::Error),
 }
+
+/// A metric whose target cannot be used: that metric is skipped, the others still count.
+#[derive(Debug, Error)]
+#[error("metrics[{index}].target: {error}")]
+struct MetricTargetError {
+    index: usize,
+    error: crate::api::validation::TargetError,
+}
+
+/// A decision server's answer that is not a count.
+#[derive(Debug, Error)]
+#[error("the decision server gave no usable count: {0}")]
+struct NoUsableCount(http::Redacted);
 
 /// Syncs one scaler; a shutdown waits for it.
 pub async fn reconcile(
@@ -182,7 +195,7 @@ async fn observe(
     // reason, shown in status, instead of failing the sync and leaving the pin unwritten.
     let access = match reach_server(scaler, ctx, namespace).await {
         Ok(access) => Ok(access),
-        Err(error) if pause.is_some() => Err(SkipReason::Unavailable(error.to_string())),
+        Err(error) if pause.is_some() => Err(SkipReason::Unavailable(Unreadable::new(error))),
         Err(error) => return Err(error),
     };
     let signal = match (&access, spec.metric_provider) {
@@ -199,7 +212,7 @@ async fn observe(
             Signal::Absolute(read_decision(scaler, ctx, namespace, access).await?)
         }
         (Err(why), MetricProvider::Prometheus) => Signal::Ratio(unreadable(scaler, why)),
-        (Err(why), MetricProvider::Custom) => Signal::Absolute(Err(why.to_string())),
+        (Err(why), MetricProvider::Custom) => Signal::Absolute(Err(Unreadable::new(why.clone()))),
     };
     let behavior = crate::api::behavior::behavior(spec)?;
     let stages = crate::api::behavior::stages(spec, pause)?;
@@ -524,7 +537,9 @@ async fn read_metrics(
             Err(e) => {
                 return MetricReading {
                     name,
-                    value: Err(SkipReason::Unavailable(format!("metrics[{i}].target: {e}"))),
+                    value: Err(SkipReason::Unavailable(Unreadable::new(
+                        MetricTargetError { index: i, error: e },
+                    ))),
                     target: f64::NAN,
                     kind,
                 };
@@ -551,7 +566,7 @@ async fn read_metrics(
         MetricReading {
             name,
             value: value.map_err(|e| {
-                SkipReason::Unavailable(http::redact(&e.to_string(), &access.headers))
+                SkipReason::Unavailable(Unreadable::new(http::Redacted::new(&e, &access.headers)))
             }),
             target,
             kind,
@@ -588,7 +603,9 @@ async fn read_activation(
         started.elapsed(),
         value.as_ref().is_ok_and(|v| v.is_finite()),
     );
-    value.map_err(|e| SkipReason::Unavailable(http::redact(&e.to_string(), &access.headers)))
+    value.map_err(|e| {
+        SkipReason::Unavailable(Unreadable::new(http::Redacted::new(&e, &access.headers)))
+    })
 }
 
 /// The name a metric is recorded and served under: its own, or `metric-<index>` when unnamed.
@@ -606,7 +623,7 @@ async fn read_decision(
     ctx: &Context,
     namespace: &str,
     access: &ServerAccess,
-) -> Result<Result<i32, String>, SyncError> {
+) -> Result<Result<i32, Unreadable>, SyncError> {
     let spec = &scaler.spec;
     let provider = spec
         .custom_provider
@@ -633,12 +650,7 @@ async fn read_decision(
         started.elapsed(),
         count.is_ok(),
     );
-    Ok(count.map_err(|e| {
-        format!(
-            "the decision server gave no usable count: {}",
-            http::redact(&e.to_string(), &access.headers)
-        )
-    }))
+    Ok(count.map_err(|e| Unreadable::new(NoUsableCount(http::Redacted::new(&e, &access.headers)))))
 }
 
 /// Feeds the metric cache the external metrics API serves: this sync's decision, or nothing

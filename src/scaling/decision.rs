@@ -11,6 +11,7 @@ use super::types::{
     Decision, DeferReason, Direction, HoldReason, Input, LimitReason, Memory, MetricOutcome,
     PlanReason, Reason, Signal,
 };
+use super::unreadable::{NegativeCount, Unreadable};
 
 /// The name under which an absolute decision appears among the metrics (status, cache, events).
 use crate::names::DECISION_METRIC;
@@ -67,7 +68,7 @@ fn measure(signal: &Signal, ready: i32) -> Measured {
         },
         Signal::Absolute(result) => {
             let why = match result {
-                Ok(count) => format!("the decision is a negative replica count ({count})"),
+                Ok(count) => Unreadable::new(NegativeCount(*count)),
                 Err(why) => why.clone(),
             };
             Measured {
@@ -395,7 +396,9 @@ mod tests {
     fn skipped(name: &str, why: &str) -> MetricReading {
         MetricReading {
             name: name.to_owned(),
-            value: Err(SkipReason::Unavailable(why.to_owned())),
+            value: Err(SkipReason::Unavailable(
+                crate::scaling::fixture::unreadable(why),
+            )),
             target: 1.0,
             kind: TargetType::Value,
         }
@@ -732,7 +735,7 @@ mod tests {
         let d = decide(&input(Signal::Absolute(Ok(0)), settled(2), 1, 20));
         assert_eq!(d.write, Some(1));
         let d = decide(&input(
-            Signal::Absolute(Err("server down".into())),
+            Signal::Absolute(Err(crate::scaling::fixture::unreadable("server down"))),
             settled(2),
             0,
             20,

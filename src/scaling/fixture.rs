@@ -7,6 +7,11 @@ use super::{
     Behavior, Bounds, Input, Memory, MetricReading, Signal, SkipReason, TargetState, TargetType,
 };
 
+/// A reader's reason that says `text`.
+pub fn unreadable(text: &str) -> super::Unreadable {
+    super::Unreadable::new(std::io::Error::other(text.to_owned()))
+}
+
 /// `seconds` after the instant the tests count from (a fixed one, so runs repeat exactly).
 pub fn t(seconds: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + seconds).unwrap_or(Timestamp::UNIX_EPOCH)
@@ -41,7 +46,8 @@ impl InputBuilder {
     /// The metric's reading; `None` is a query that returned nothing.
     pub fn value(mut self, value: Option<f64>) -> Self {
         if let Signal::Ratio(readings) = &mut self.0.signal {
-            readings[0].value = value.ok_or_else(|| SkipReason::Unavailable("no series".into()));
+            readings[0].value =
+                value.ok_or_else(|| SkipReason::Unavailable(unreadable("no series")));
         }
         self
     }

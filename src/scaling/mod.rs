@@ -20,6 +20,7 @@ mod stabilization;
 mod startup;
 mod step;
 mod types;
+mod unreadable;
 mod victims;
 mod zero;
 
@@ -40,6 +41,7 @@ pub use types::{
     MetricOutcome, MetricReading, Pause, PlanReason, Reason, Rollout, Signal, TargetState,
     ZeroReason,
 };
+pub use unreadable::{NegativeCount, Unreadable};
 pub use victims::{
     Candidate, LabelValues, Ranking, WarmthError, pick, victim_costs, warmth_by_pod,
 };

@@ -2,6 +2,8 @@
 
 use thiserror::Error;
 
+use super::unreadable::Unreadable;
+
 /// Why a metric contributes nothing to a sync. The controller adds its own (query errors,
 /// empty or multi-series results); these are the ones the arithmetic itself can find.
 #[derive(Debug, Clone, PartialEq, Error)]
@@ -12,8 +14,9 @@ pub enum SkipReason {
     Negative(f64),
     #[error("target {0} is not a positive finite number")]
     BadTarget(f64),
+    /// The reader's own reason (a query error, no series, an unreachable server).
     #[error("{0}")]
-    Unavailable(String),
+    Unavailable(Unreadable),
 }
 
 /// How a metric's value relates to the replica count, in the words of an HPA's External metric

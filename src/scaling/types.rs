@@ -8,6 +8,7 @@ use super::behavior::{Behavior, Change, RatePolicy};
 use super::forecast::Sample;
 use super::recommend::{SkipReason, TargetType};
 use super::stabilization::Entry;
+use super::unreadable::Unreadable;
 
 /// The replica bounds of the spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,7 +56,7 @@ pub enum Signal {
     /// Per-replica metrics and the HPA ratio; the largest recommendation wins.
     Ratio(Vec<MetricReading>),
     /// An absolute replica count (a decision server), or why there is none.
-    Absolute(Result<i32, String>),
+    Absolute(Result<i32, Unreadable>),
 }
 
 /// What earlier syncs left for this one: the recommendations inside each stabilization window,
@@ -99,7 +100,7 @@ pub enum HoldReason {
     /// Every metric was skipped: the fleet stays where it is.
     NoUsableMetric,
     /// The decision server gave no usable count.
-    SignalUnavailable(String),
+    SignalUnavailable(Unreadable),
     /// Paused by annotation: the replica count is the pause's.
     Paused(Pause),
     /// No usable signal for `syncs` consecutive syncs: the fleet runs at no fewer than `floor`.

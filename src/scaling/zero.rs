@@ -400,7 +400,11 @@ mod tests {
 
     #[test]
     fn a_broken_activation_never_wakes_and_never_sleeps() {
-        let broken = || Err(SkipReason::Unavailable("connection refused".into()));
+        let broken = || {
+            Err(SkipReason::Unavailable(fixture::unreadable(
+                "connection refused",
+            )))
+        };
         let (d, _) = decide_with_zero(
             &input(0, 0, None, 0),
             &RULES,

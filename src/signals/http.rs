@@ -72,6 +72,18 @@ pub fn headers(spec: Option<&BTreeMap<String, String>>) -> Result<HeaderMap, Htt
     Ok(map)
 }
 
+/// An error as it may be shown: its text with every credential of the request's headers
+/// redacted, made when the error is read (the credentials are not kept to redact it later).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Redacted(String);
+
+impl Redacted {
+    pub fn new(error: &dyn std::fmt::Display, headers: &HeaderMap) -> Self {
+        Self(redact(&error.to_string(), headers))
+    }
+}
+
 /// `text` with every header value of `headers` (and the credential after an auth scheme, as in
 /// "Bearer <token>") replaced by "[redacted]": a server that echoes a credential back in an error
 /// must not get it into a status, an event or a log line through us.
