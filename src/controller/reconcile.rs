@@ -545,29 +545,19 @@ async fn read_metrics(
                 };
             }
         };
-        let started = Instant::now();
-        let value = prometheus::query_value(
-            &access.client,
-            &spec.server_address,
-            &access.headers,
+        let value = read_query(
+            scaler,
+            ctx,
+            namespace,
+            access,
+            &name,
             &metric.query,
             when_empty,
         )
         .await;
-        ctx.metrics.observe_query(
-            MetricLabels {
-                namespace: namespace.to_owned(),
-                scaler: scaler.name_any(),
-                metric: name.clone(),
-            },
-            started.elapsed(),
-            value.as_ref().is_ok_and(|v| v.is_finite()),
-        );
         MetricReading {
             name,
-            value: value.map_err(|e| {
-                SkipReason::Unavailable(Unreadable::new(http::Redacted::new(&e, &access.headers)))
-            }),
+            value,
             target,
             kind,
         }
@@ -576,7 +566,7 @@ async fn read_metrics(
 }
 
 /// Reads the scale-to-zero activation query; a failure is a reading that neither wakes nor
-/// counts as idle.
+/// counts as idle. The one signal at zero: its emptiness is always worth explaining.
 async fn read_activation(
     scaler: &LLMScaler,
     ctx: &Context,
@@ -584,21 +574,43 @@ async fn read_activation(
     access: &ServerAccess,
     query: &str,
 ) -> Result<f64, SkipReason> {
+    read_query(
+        scaler,
+        ctx,
+        namespace,
+        access,
+        ACTIVATION_QUERY,
+        query,
+        WhenEmpty::Explain,
+    )
+    .await
+}
+
+/// The one read of a PromQL value: timed and counted under `metric`, and an error becomes the
+/// reading's reason with the request's credentials redacted.
+async fn read_query(
+    scaler: &LLMScaler,
+    ctx: &Context,
+    namespace: &str,
+    access: &ServerAccess,
+    metric: &str,
+    query: &str,
+    when_empty: WhenEmpty,
+) -> Result<f64, SkipReason> {
     let started = Instant::now();
-    // The one signal at zero: its emptiness is always worth explaining.
     let value = prometheus::query_value(
         &access.client,
         &scaler.spec.server_address,
         &access.headers,
         query,
-        WhenEmpty::Explain,
+        when_empty,
     )
     .await;
     ctx.metrics.observe_query(
         MetricLabels {
             namespace: namespace.to_owned(),
             scaler: scaler.name_any(),
-            metric: ACTIVATION_QUERY.to_owned(),
+            metric: metric.to_owned(),
         },
         started.elapsed(),
         value.as_ref().is_ok_and(|v| v.is_finite()),

@@ -557,6 +557,20 @@ fn set_condition(
 mod tests {
     use super::*;
     use crate::scaling::fixture::t;
+
+    /// A sync of target "t1" that decided `decision`, without start-up, scale-to-zero or a lost
+    /// signal to report.
+    fn plain<'a>(decision: &'a Decision, target: &'a TargetState, wrote: bool) -> Outcome<'a> {
+        Outcome::Decided {
+            decision,
+            target,
+            target_uid: "t1",
+            wrote,
+            startup: None,
+            zero: None,
+            syncs_without_signal: 0,
+        }
+    }
     use crate::scaling::{
         Behavior, Bounds, Input, Memory, MetricReading, Signal, TargetType, decide,
     };
@@ -595,20 +609,7 @@ mod tests {
             uid: "u1",
             generation: Some(4),
         };
-        let s = render(
-            None,
-            &scaler,
-            &Outcome::Decided {
-                startup: None,
-                zero: None,
-                syncs_without_signal: 0,
-                decision: &d,
-                target: &target,
-                target_uid: "t1",
-                wrote: true,
-            },
-            t(0),
-        );
+        let s = render(None, &scaler, &plain(&d, &target, true), t(0));
         assert_eq!(
             (
                 s.current_replicas,
@@ -647,37 +648,11 @@ mod tests {
             uid: "u1",
             generation: Some(1),
         };
-        let first = render(
-            None,
-            &scaler,
-            &Outcome::Decided {
-                startup: None,
-                zero: None,
-                syncs_without_signal: 0,
-                decision: &d,
-                target: &target,
-                target_uid: "t1",
-                wrote: false,
-            },
-            t(0),
-        );
+        let first = render(None, &scaler, &plain(&d, &target, false), t(0));
         let (d2, _) = decided(1.0, 1, 1, 5);
         let mut d2 = d2;
         d2.memory = d.memory.clone();
-        let second = render(
-            Some(&first),
-            &scaler,
-            &Outcome::Decided {
-                startup: None,
-                zero: None,
-                syncs_without_signal: 0,
-                decision: &d2,
-                target: &target,
-                target_uid: "t1",
-                wrote: false,
-            },
-            t(15),
-        );
+        let second = render(Some(&first), &scaler, &plain(&d2, &target, false), t(15));
         assert_eq!(first, second, "nothing changed, so nothing to write");
     }
 
@@ -688,20 +663,7 @@ mod tests {
             uid: "u1",
             generation: Some(1),
         };
-        let ok = render(
-            None,
-            &scaler,
-            &Outcome::Decided {
-                startup: None,
-                zero: None,
-                syncs_without_signal: 0,
-                decision: &d,
-                target: &target,
-                target_uid: "t1",
-                wrote: false,
-            },
-            t(0),
-        );
+        let ok = render(None, &scaler, &plain(&d, &target, false), t(0));
         let failed = render(
             Some(&ok),
             &scaler,

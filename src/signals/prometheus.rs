@@ -23,9 +23,11 @@ pub enum QueryError {
     #[error("Prometheus answered HTTP {status} without an error body")]
     Status { status: u16 },
     #[error("the Prometheus response is not valid JSON: {0}")]
-    NotJson(String),
+    NotJson(serde_json::Error),
     #[error("cannot decode the Prometheus response: {0}")]
-    Decode(String),
+    Decode(serde_json::Error),
+    #[error("cannot decode the Prometheus response: a success response without data")]
+    NoData,
     #[error("the query returned no series (an empty vector)")]
     Empty,
     #[error("the query returned no series: {0}")]
@@ -136,8 +138,8 @@ fn data(status: u16, body: &[u8]) -> Result<Data, QueryError> {
     let envelope: Envelope = match serde_json::from_slice(body) {
         Ok(envelope) => envelope,
         Err(_) if status != 200 => return Err(QueryError::Status { status }),
-        Err(e) if e.is_syntax() || e.is_eof() => return Err(QueryError::NotJson(e.to_string())),
-        Err(e) => return Err(QueryError::Decode(e.to_string())),
+        Err(e) if e.is_syntax() || e.is_eof() => return Err(QueryError::NotJson(e)),
+        Err(e) => return Err(QueryError::Decode(e)),
     };
     if envelope.status != "success" {
         return Err(QueryError::Rejected {
@@ -148,9 +150,7 @@ fn data(status: u16, body: &[u8]) -> Result<Data, QueryError> {
     if status != 200 {
         return Err(QueryError::Status { status });
     }
-    envelope
-        .data
-        .ok_or_else(|| QueryError::Decode("a success response without data".to_owned()))
+    envelope.data.ok_or(QueryError::NoData)
 }
 
 fn sample(raw: &str) -> Result<f64, QueryError> {
@@ -160,8 +160,7 @@ fn sample(raw: &str) -> Result<f64, QueryError> {
 }
 
 fn series_list(data: Data) -> Result<Vec<Series>, QueryError> {
-    let raw: Vec<RawSeries> =
-        serde_json::from_value(data.result).map_err(|e| QueryError::Decode(e.to_string()))?;
+    let raw: Vec<RawSeries> = serde_json::from_value(data.result).map_err(QueryError::Decode)?;
     raw.into_iter()
         .map(|s| {
             Ok(Series {
@@ -177,8 +176,8 @@ pub fn single_value(status: u16, body: &[u8]) -> Result<f64, QueryError> {
     let data = data(status, body)?;
     match data.result_type.as_str() {
         "scalar" => {
-            let (_, value): (f64, String) = serde_json::from_value(data.result)
-                .map_err(|e| QueryError::Decode(e.to_string()))?;
+            let (_, value): (f64, String) =
+                serde_json::from_value(data.result).map_err(QueryError::Decode)?;
             sample(&value)
         }
         "vector" => {
