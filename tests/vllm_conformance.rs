@@ -245,15 +245,7 @@ fn adjusted(query: &str, namespace: &str, app: &str) -> String {
 
 /// The series `query` returns: (labels, value).
 async fn evaluate(prometheus: &Prometheus, query: &str) -> Vec<Value> {
-    let answer: Value = reqwest::Client::new()
-        .get(format!("{}/api/v1/query", prometheus.url))
-        .query(&[("query", query)])
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let answer = prometheus.instant(query).await.unwrap();
     assert_eq!(answer["status"], "success", "{query}: {answer}");
     match answer["data"]["resultType"].as_str().unwrap() {
         "vector" => answer["data"]["result"].as_array().unwrap().clone(),

@@ -256,7 +256,6 @@ async fn observe(
         decision,
         zero,
         syncs_without_signal,
-        health: _,
     } = law(&input, &stages, activation, stored);
     ctx.memory
         .set_samples(&uid, decision.memory.samples.clone());

@@ -42,7 +42,6 @@ pub struct Step {
     pub zero: Option<ZeroMemory>,
     /// Consecutive syncs without a usable signal, this one included.
     pub syncs_without_signal: u32,
-    pub health: SignalHealth,
 }
 
 /// The law applied to one sync's `input`. `activation` is the activation query's reading, under
@@ -82,6 +81,5 @@ pub fn law(
         decision,
         zero,
         syncs_without_signal,
-        health,
     }
 }

@@ -211,7 +211,7 @@ impl Prometheus {
     }
 
     /// The JSON answer of an instant query, if Prometheus gave one.
-    async fn instant(&self, query: &str) -> Option<serde_json::Value> {
+    pub async fn instant(&self, query: &str) -> Option<serde_json::Value> {
         let url = format!("{}/api/v1/query", self.url);
         self.http
             .get(&url)
