@@ -5,10 +5,12 @@
 //! - `signals`: where the numbers come from (Prometheus, a decision server) over one HTTP client.
 //! - `controller`: one sync per scaler, observe then write (see `controller::reconcile`).
 //! - `metric_cache`: what the controller hands to the external metrics API (`extmetrics`).
-//! - `leader`, `supervisor`, `telemetry`, `tls`, `names`, `failure`: the process around them.
+//! - `leader`, `supervisor`, `telemetry`, `tls`, `names`, `failure`, `error_chain`: the process
+//!   around them.
 
 pub mod api;
 pub mod controller;
+pub mod error_chain;
 pub mod extmetrics;
 pub mod failure;
 pub mod leader;

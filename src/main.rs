@@ -220,31 +220,39 @@ enum MainError {
     Telemetry(#[from] TelemetryError),
     #[error(transparent)]
     Crd(#[from] api::CrdError),
-    #[error("cannot load the Kubernetes client configuration from {}: {source}", path.display())]
+    #[error("cannot load the Kubernetes client configuration from {}", path.display())]
     Kubeconfig {
         path: PathBuf,
         #[source]
         source: kube::config::KubeconfigError,
     },
-    #[error("cannot load the Kubernetes client configuration: {0}")]
+    #[error("cannot load the Kubernetes client configuration")]
     Context(#[source] kube::config::KubeconfigError),
     #[error(
-        "cannot load the Kubernetes client configuration: {0} (run in a cluster, set KUBECONFIG or pass --kubeconfig)"
+        "cannot load the Kubernetes client configuration (run in a cluster, set KUBECONFIG or pass --kubeconfig)"
     )]
     Infer(#[source] kube::config::InferConfigError),
-    #[error("cannot build the Kubernetes client: {0}")]
+    #[error("cannot build the Kubernetes client")]
     Client(#[source] kube::Error),
     #[error(transparent)]
     Preflight(#[from] PreflightError),
     #[error(transparent)]
     Http(#[from] HttpError),
-    #[error("external metrics API: {0}")]
-    Extmetrics(String),
-    #[error("external metrics API: serving certificate: {0}")]
+    #[error("external metrics API: cannot listen on {address}")]
+    ExtmetricsListen {
+        address: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "--register-apiservice needs the CA of the serving certificate: --extmetrics-tls-ca-file, or ca.crt in the existing Secret"
+    )]
+    RegisterWithoutCa,
+    #[error("external metrics API: serving certificate")]
     Certificates(#[from] certs::CertError),
     #[error(transparent)]
     TaskStopped(#[from] TaskStopped),
-    #[error("cannot start the async runtime: {0}")]
+    #[error("cannot start the async runtime")]
     Runtime(#[source] std::io::Error),
 }
 
@@ -262,7 +270,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error}");
+            eprintln!("error: {}", llmscaleoperator::error_chain::Chain(&error));
             ExitCode::FAILURE
         }
     }
@@ -309,7 +317,7 @@ async fn run_async(args: RunArgs) -> Result<(), MainError> {
     );
     supervisor.spawn_service("health server", async move {
         if let Err(error) = serving.await {
-            tracing::error!(%error, "health server stopped with an error");
+            tracing::error!(error = %llmscaleoperator::error_chain::Chain(&error), "health server stopped with an error");
         }
     });
     if let Some(address) = args.metrics_secure_address {
@@ -327,7 +335,7 @@ async fn run_async(args: RunArgs) -> Result<(), MainError> {
         );
         supervisor.spawn_service("authenticated metrics server", async move {
             if let Err(error) = serving.await {
-                tracing::error!(%error, "authenticated metrics server stopped with an error");
+                tracing::error!(error = %llmscaleoperator::error_chain::Chain(&error), "authenticated metrics server stopped with an error");
             }
         });
         tracing::info!(%address, path = telemetry::METRICS_PATH, "serving metrics to authorized callers only");
@@ -449,8 +457,11 @@ async fn start_extmetrics(
         _ => Source::Ephemeral { names },
     };
     let certificates = certs::start(source, client.clone(), supervisor).await?;
-    let listener = std::net::TcpListener::bind(args.extmetrics_address).map_err(|e| {
-        MainError::Extmetrics(format!("cannot listen on {}: {e}", args.extmetrics_address))
+    let listener = std::net::TcpListener::bind(args.extmetrics_address).map_err(|source| {
+        MainError::ExtmetricsListen {
+            address: args.extmetrics_address,
+            source,
+        }
     })?;
     let state = ApiState::new(client.clone(), cache);
     supervisor.spawn_service(
@@ -462,15 +473,13 @@ async fn start_extmetrics(
     let shutdown = supervisor.shutdown();
     supervisor.spawn_service("external metrics server", async move {
         if let Err(error) = serve(listener, served, state, shutdown).await {
-            tracing::error!(%error, "external metrics server stopped with an error");
+            tracing::error!(error = %llmscaleoperator::error_chain::Chain(&error), "external metrics server stopped with an error");
         }
     });
 
     if args.register_apiservice {
         if certificates.borrow().ca_bundle.is_none() {
-            return Err(MainError::Extmetrics(
-                "--register-apiservice needs the CA of the serving certificate: --extmetrics-tls-ca-file, or ca.crt in the existing Secret".to_owned(),
-            ));
+            return Err(MainError::RegisterWithoutCa);
         }
         let registrar = Registrar {
             client,
@@ -512,7 +521,7 @@ async fn client_config(args: &RunArgs) -> Result<Config, MainError> {
 async fn cancel_on_signal(shutdown: CancellationToken) {
     let ctrl_c = async {
         if let Err(error) = tokio::signal::ctrl_c().await {
-            tracing::warn!(%error, "cannot listen for Ctrl-C");
+            tracing::warn!(error = %llmscaleoperator::error_chain::Chain(&error), "cannot listen for Ctrl-C");
             std::future::pending::<()>().await;
         }
     };
@@ -523,7 +532,7 @@ async fn cancel_on_signal(shutdown: CancellationToken) {
                 sigterm.recv().await;
             }
             Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGTERM");
+                tracing::warn!(error = %llmscaleoperator::error_chain::Chain(&error), "cannot listen for SIGTERM");
                 std::future::pending::<()>().await;
             }
         }

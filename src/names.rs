@@ -32,6 +32,10 @@ pub const DECISION_METRIC: &str = "decision";
 /// a DNS label, so no metrics[].name can take it).
 pub const ACTIVATION_QUERY: &str = "scaleToZero.activationQuery";
 
+/// The `metric` label of the deletion-cost query in the operator's query metrics (not a DNS
+/// label either).
+pub const DELETION_COST_QUERY: &str = "scaleDown.deletionCostQuery";
+
 /// The external metric that serves a scaler's recommendation.
 pub const DESIRED_REPLICAS: &str = "desired-replicas";
 

@@ -12,10 +12,14 @@ use thiserror::Error;
 pub enum TlsError {
     #[error("a different rustls crypto provider is already installed in this process")]
     ForeignProvider,
-    #[error("cannot generate a certificate: {0}")]
+    #[error("cannot generate a certificate")]
     Generate(#[from] rcgen::Error),
-    #[error("cannot read a certificate: {0}")]
-    Parse(String),
+    #[error("no certificate in the PEM text")]
+    NoCertificate,
+    #[error("cannot read a certificate's PEM")]
+    Pem(#[source] rustls::pki_types::pem::Error),
+    #[error("cannot read a certificate")]
+    X509(#[source] x509_parser::nom::Err<x509_parser::error::X509Error>),
 }
 
 /// Installs ring as the process-wide rustls crypto provider. Safe to call more than once.
@@ -198,7 +202,7 @@ pub fn inspect(pem: &str) -> Result<CertInfo, TlsError> {
     inspect_all(pem)?
         .into_iter()
         .next()
-        .ok_or_else(|| TlsError::Parse("no certificate in the PEM text".to_owned()))
+        .ok_or(TlsError::NoCertificate)
 }
 
 /// Reads every certificate of a PEM text, in order.
@@ -208,9 +212,9 @@ pub fn inspect_all(pem: &str) -> Result<Vec<CertInfo>, TlsError> {
     use x509_parser::extensions::GeneralName;
     CertificateDer::pem_slice_iter(pem.as_bytes())
         .map(|der| {
-            let der = der.map_err(|e| TlsError::Parse(e.to_string()))?;
-            let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref())
-                .map_err(|e| TlsError::Parse(e.to_string()))?;
+            let der = der.map_err(TlsError::Pem)?;
+            let (_, cert) =
+                x509_parser::parse_x509_certificate(der.as_ref()).map_err(TlsError::X509)?;
             let dns_names = cert
                 .subject_alternative_name()
                 .ok()

@@ -7,7 +7,7 @@ use super::LLMScaler;
 
 #[derive(Debug, Error)]
 pub enum CrdError {
-    #[error("cannot render the LLMScaler CRD as YAML: {0}")]
+    #[error("cannot render the LLMScaler CRD as YAML")]
     Render(#[from] serde_norway::Error),
 }
 

@@ -102,7 +102,7 @@ where
                         synced_tx.send_replace(true);
                     }
                     Ok(_) => {}
-                    Err(error) => tracing::warn!(%kind, %error, "watch error; retrying"),
+                    Err(error) => tracing::warn!(%kind, error = %crate::error_chain::Chain(&error), "watch error; retrying"),
                 }
                 futures::future::ready(())
             });

@@ -35,9 +35,7 @@ pub enum ConflictCheckError {
         SYNC_TIMEOUT.as_secs()
     )]
     NotSynced { kind: &'static str },
-    #[error(
-        "cannot tell whether another autoscaler targets this object: discovering {kind}: {source}"
-    )]
+    #[error("cannot tell whether another autoscaler targets this object: discovering {kind}")]
     Discovery {
         kind: &'static str,
         #[source]

@@ -61,7 +61,7 @@ pub enum SyncError {
     },
     #[error(transparent)]
     ConflictCheck(#[from] super::conflicts::ConflictCheckError),
-    #[error("cannot set spec.replicas of {kind} {name} to {replicas}: {source}")]
+    #[error("cannot set spec.replicas of {kind} {name} to {replicas}")]
     Scale {
         kind: String,
         name: String,

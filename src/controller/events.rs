@@ -342,7 +342,7 @@ pub async fn publish(recorder: &Recorder, scaler: &LLMScaler, notes: &[Note]) {
             secondary: None,
         };
         if let Err(error) = recorder.publish(&event, &reference).await {
-            tracing::warn!(reason = note.reason, %error, "cannot publish event");
+            tracing::warn!(reason = note.reason, error = %crate::error_chain::Chain(&error), "cannot publish event");
         }
     }
 }

@@ -10,6 +10,7 @@ mod fast_tier;
 pub mod headers;
 mod memory;
 mod preflight;
+mod reads;
 mod reconcile;
 pub mod scale;
 pub mod schedule;
@@ -219,7 +220,7 @@ async fn run_one(
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|result| async move {
             if let Err(error) = result {
-                tracing::debug!(%error, "reconcile did not complete");
+                tracing::debug!(error = %crate::error_chain::Chain(&error), "reconcile did not complete");
             }
         });
     // Syncs in flight (and the watches and clean-ups) get a grace to finish; then the

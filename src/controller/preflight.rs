@@ -19,7 +19,7 @@ pub enum PreflightError {
         "not allowed to list LLMScalers ({reason}): grant the operator's ServiceAccount list/watch on llmscalers.autoscaling.modelsphere.dev"
     )]
     Forbidden { reason: String },
-    #[error("cannot list LLMScalers: {0}")]
+    #[error("cannot list LLMScalers")]
     List(#[source] kube::Error),
 }
 
@@ -36,7 +36,7 @@ pub async fn preflight(client: &Client, url: &str, scope: &Scope) -> Result<(), 
                 STARTUP_TIMEOUT.as_secs()
             )));
         }
-        Ok(Err(error)) => return Err(unreachable(error.to_string())),
+        Ok(Err(error)) => return Err(unreachable(crate::error_chain::render(&error))),
         Ok(Ok(_)) => {}
     }
     // Every watch must be allowed: a Role missing in one namespace is a start-up error, not a

@@ -23,24 +23,26 @@ use thiserror::Error;
 use super::annotations::is_dry_run;
 use super::error::SyncError;
 use super::events::{self, Note};
+use super::reads::recorded;
 use super::server_access::{self, ServerAccess};
 use super::status::{self, Outcome, Scaler};
 use super::watched_target::WatchedTarget;
 use super::{Context, scale, schedule, startup, victims, watched_target};
 use crate::api::validation::parse_target;
 use crate::api::{LLMScaler, LLMScalerStatus, MetricProvider, StartupStatus};
+use crate::error_chain::{self, Chain};
 use crate::metric_cache::{CachedMetric, ScalerKey, ScalerSnapshot};
 use crate::names::{
-    ACTIVATION_QUERY, DECISION_METRIC, DRY_RUN_ANNOTATION, PAUSED_ANNOTATION,
+    ACTIVATION_QUERY, DECISION_METRIC, DELETION_COST_QUERY, DRY_RUN_ANNOTATION, PAUSED_ANNOTATION,
     PAUSED_REPLICAS_ANNOTATION,
 };
 use crate::scaling::{
     Bounds, Decision, HoldReason, Input, MetricReading, Pause, Reason, Signal, SkipReason, Step,
     Stored, TargetState, Unreadable, ZeroMemory, effective_startup, law,
 };
-use crate::signals::prometheus::{self, WhenEmpty};
+use crate::signals::prometheus::WhenEmpty;
 use crate::signals::{decision_server, http};
-use crate::telemetry::metrics::{MetricLabels, SyncResult};
+use crate::telemetry::metrics::SyncResult;
 use crate::telemetry::sync_report::{Decided, Reported, SyncReport};
 
 /// A failure of the controller itself, retried by kube-runtime's error policy. What the user can
@@ -49,7 +51,7 @@ use crate::telemetry::sync_report::{Decided, Reported, SyncReport};
 pub enum ReconcileError {
     #[error("LLMScaler has no namespace")]
     NoNamespace,
-    #[error("cannot write the status: {0}")]
+    #[error("cannot write the status")]
     Status(#[source] kube::Error),
 }
 
@@ -93,7 +95,7 @@ async fn sync(scaler: Arc<LLMScaler>, ctx: Arc<Context>) -> Result<Action, Recon
         (Err(error), _) => Err(error),
     };
     if let Err(error) = &outcome {
-        tracing::warn!(reason = %error.reason(), detail = %error, "sync failed");
+        tracing::warn!(reason = %error.reason(), detail = %Chain(error), "sync failed");
     }
     feed_cache(&ctx, &scaler, &namespace, &outcome, now);
     let name = scaler.name_any();
@@ -375,7 +377,7 @@ impl<'a> Writer<'a> {
                 let failed = Note {
                     warning: true,
                     reason: error.reason().as_str(),
-                    message: error.to_string(),
+                    message: error_chain::render(error),
                 };
                 (Vec::new(), vec![failed], None)
             }
@@ -585,8 +587,8 @@ async fn read_activation(
     .await
 }
 
-/// The one read of a PromQL value: timed and counted under `metric`, and an error becomes the
-/// reading's reason with the request's credentials redacted.
+/// A PromQL value read through the one signal read, recorded under `metric`; an error becomes
+/// the reading's reason, whole and with the request's credentials redacted.
 async fn read_query(
     scaler: &LLMScaler,
     ctx: &Context,
@@ -596,27 +598,12 @@ async fn read_query(
     query: &str,
     when_empty: WhenEmpty,
 ) -> Result<f64, SkipReason> {
-    let started = Instant::now();
-    let value = prometheus::query_value(
-        &access.client,
-        &scaler.spec.server_address,
-        &access.headers,
-        query,
-        when_empty,
-    )
-    .await;
-    ctx.metrics.observe_query(
-        MetricLabels {
-            namespace: namespace.to_owned(),
-            scaler: scaler.name_any(),
-            metric: metric.to_owned(),
-        },
-        started.elapsed(),
-        value.as_ref().is_ok_and(|v| v.is_finite()),
-    );
-    value.map_err(|e| {
-        SkipReason::Unavailable(Unreadable::new(http::Redacted::new(&e, &access.headers)))
-    })
+    let read = access
+        .at(&scaler.spec.server_address)
+        .value(query, when_empty)
+        .await;
+    recorded(&ctx.metrics, namespace, &scaler.name_any(), metric, read)
+        .map_err(|e| SkipReason::Unavailable(Unreadable::new(e)))
 }
 
 /// The name a metric is recorded and served under: its own, or `metric-<index>` when unnamed.
@@ -643,25 +630,18 @@ async fn read_decision(
     let url =
         decision_server::decision_url(&spec.server_address, &provider.path, &provider.service_id)
             .map_err(SyncError::DecisionUrl)?;
-    let started = Instant::now();
-    let count = decision_server::fetch_decision(
-        &access.client,
-        &url,
-        &access.headers,
-        &provider.service_id,
-        provider.namespace.as_deref(),
-    )
-    .await;
-    ctx.metrics.observe_query(
-        MetricLabels {
-            namespace: namespace.to_owned(),
-            scaler: scaler.name_any(),
-            metric: DECISION_METRIC.to_owned(),
-        },
-        started.elapsed(),
-        count.is_ok(),
+    let read = access
+        .at(&spec.server_address)
+        .decision(&url, &provider.service_id, provider.namespace.as_deref())
+        .await;
+    let count = recorded(
+        &ctx.metrics,
+        namespace,
+        &scaler.name_any(),
+        DECISION_METRIC,
+        read,
     );
-    Ok(count.map_err(|e| Unreadable::new(NoUsableCount(http::Redacted::new(&e, &access.headers)))))
+    Ok(count.map_err(|e| Unreadable::new(NoUsableCount(e))))
 }
 
 /// Feeds the metric cache the external metrics API serves: this sync's decision, or nothing
@@ -763,13 +743,7 @@ fn report<'a>(
         outcome: Reported::Decided(Decided {
             result: synced.result(),
             metrics,
-            also_in_use: scaler
-                .spec
-                .scale_to_zero
-                .as_ref()
-                .map(|_| ACTIVATION_QUERY)
-                .into_iter()
-                .collect(),
+            also_in_use: also_queried(scaler),
             desired: decision.desired,
             ready: target.ready_replicas,
             paused,
@@ -784,8 +758,21 @@ fn report<'a>(
     }
 }
 
+/// The queries a scaler makes besides its metrics, whose series in the operator's metrics stay.
+fn also_queried(scaler: &LLMScaler) -> Vec<&'static str> {
+    let spec = &scaler.spec;
+    let activation = spec.scale_to_zero.as_ref().map(|_| ACTIVATION_QUERY);
+    let deletion_cost = spec
+        .scale_down
+        .deletion_cost_query
+        .as_ref()
+        .filter(|q| !q.trim().is_empty())
+        .map(|_| DELETION_COST_QUERY);
+    activation.into_iter().chain(deletion_cost).collect()
+}
+
 pub fn error_policy(scaler: Arc<LLMScaler>, error: &ReconcileError, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(scaler = %scaler.name_any(), %error, "sync failed, retrying");
+    tracing::warn!(scaler = %scaler.name_any(), error = %crate::error_chain::Chain(error), "sync failed, retrying");
     Action::requeue(next_sync(&scaler, scaler.spec.retry_period_seconds))
 }
 

@@ -17,7 +17,7 @@ pub type SecretData = BTreeMap<String, ByteString>;
 
 #[derive(Debug, Error)]
 pub enum SecretError {
-    #[error("{field}: cannot read Secret {name}: {source}")]
+    #[error("{field}: cannot read Secret {name}")]
     Read {
         field: &'static str,
         name: String,

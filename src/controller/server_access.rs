@@ -25,6 +25,17 @@ pub struct ServerAccess {
     pub headers: HeaderMap,
 }
 
+impl ServerAccess {
+    /// The server at `address` (serverAddress), reached this way.
+    pub fn at<'a>(&'a self, address: &'a str) -> crate::signals::read::Server<'a> {
+        crate::signals::read::Server {
+            client: &self.client,
+            address,
+            headers: &self.headers,
+        }
+    }
+}
+
 #[derive(Debug, Error)]
 pub enum AccessError {
     #[error(transparent)]

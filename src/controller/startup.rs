@@ -64,7 +64,7 @@ pub async fn observe(
     let pods = match api.list(&ListParams::default().labels(selector)).await {
         Ok(list) => list.items,
         Err(error) => {
-            tracing::debug!(%error, "cannot list pods to learn the start-up delay");
+            tracing::debug!(error = %crate::error_chain::Chain(&error), "cannot list pods to learn the start-up delay");
             return stored;
         }
     };

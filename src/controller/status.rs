@@ -107,8 +107,9 @@ pub fn render(
     match outcome {
         Outcome::Failed(error) => {
             let reason = error.reason().as_str();
-            set(READY, false, reason, error.to_string());
-            set(SCALING_ACTIVE, false, reason, error.to_string());
+            let message = crate::error_chain::render(*error);
+            set(READY, false, reason, message.clone());
+            set(SCALING_ACTIVE, false, reason, message);
         }
         Outcome::Decided {
             decision,

@@ -24,7 +24,7 @@ const SYNC_TIMEOUT: Duration = Duration::from_secs(20);
 pub enum TargetLookupError {
     #[error("targetRef: the API server does not serve kind {kind} in {api_version}")]
     UnknownKind { api_version: String, kind: String },
-    #[error("targetRef: cannot discover {kind} in {api_version}: {source}")]
+    #[error("targetRef: cannot discover {kind} in {api_version}")]
     Discovery {
         api_version: String,
         kind: String,

@@ -13,17 +13,19 @@ use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
-use reqwest::header::HeaderMap;
 use serde_json::json;
 use thiserror::Error;
 
 use super::Context;
 use super::events::Note;
+use super::reads::recorded;
 use super::watched_target::{self, WatchedTarget};
 use crate::api::{LLMScaler, MetricProvider, ScaleDownBehavior};
-use crate::names::MARK_MANAGER;
+use crate::error_chain::{self, Chain};
+use crate::names::{DELETION_COST_QUERY, MARK_MANAGER};
 use crate::scaling::{Candidate, Ranking, pick, victim_costs, warmth_by_pod};
-use crate::signals::{http, no_series, prometheus};
+use crate::signals::http::Redacted;
+use crate::signals::prometheus::Series;
 
 pub const DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
 const REVISION: &str = "deployment.kubernetes.io/revision";
@@ -34,21 +36,16 @@ pub const DELETION_COST_QUERY_FAILED: &str = "DeletionCostQueryFailed";
 pub enum VictimError {
     #[error("the Deployment's selector cannot be used: {0}")]
     Selector(String),
-    #[error("cannot list the Deployment's ReplicaSets or pods: {0}")]
+    #[error("cannot list the Deployment's ReplicaSets or pods")]
     List(#[source] kube::Error),
     #[error("the Deployment has no current ReplicaSet")]
     NoReplicaSet,
 }
 
 /// Where the warmth of each pod comes from.
-pub enum Warmth<'a> {
-    /// deletionCostQuery against Prometheus.
-    Query {
-        http: &'a reqwest::Client,
-        server: &'a str,
-        headers: &'a HeaderMap,
-        query: &'a str,
-    },
+pub enum Warmth {
+    /// deletionCostQuery's answer, one series per pod, or why there is none.
+    Measured(Result<Vec<Series>, Redacted>),
     /// No measurement: newest pod first.
     Newest,
 }
@@ -72,14 +69,14 @@ pub async fn mark(
     namespace: &str,
     deployment: &WatchedTarget,
     count: usize,
-    warmth: Warmth<'_>,
+    warmth: Warmth,
 ) -> Result<Marked, VictimError> {
     let params = pods_of(deployment)?;
     let pods = candidates(client, namespace, deployment, &params).await?;
     let mut marked = Marked::default();
     let mut ranking = match warmth {
         Warmth::Newest => Ranking::NewestFirst,
-        Warmth::Query { .. } => Ranking::Measured,
+        Warmth::Measured(_) => Ranking::Measured,
     };
     let mut measured: Vec<Candidate> = pods
         .iter()
@@ -89,36 +86,22 @@ pub async fn mark(
             warmth: None,
         })
         .collect();
-    if let Warmth::Query {
-        http,
-        server,
-        headers,
-        query,
-    } = warmth
-    {
-        match prometheus::query_vector(http, server, headers, query).await {
-            Ok(series) if series.is_empty() => {
-                let why = no_series::diagnose(http, server, headers, query).await;
-                marked.query_error = Some(http::redact(
-                    &format!("it returned no series: {why}"),
-                    headers,
-                ));
-            }
-            Ok(series) => {
-                match warmth_by_pod(series.iter().map(|s| (&s.labels, s.value)), namespace) {
-                    Ok(warmth) => {
-                        for candidate in &mut measured {
-                            candidate.warmth = warmth.get(&candidate.name).copied();
-                        }
-                    }
-                    // No pick among a pod's series: the whole answer is set aside.
-                    Err(e) => marked.query_error = Some(e.to_string()),
+    if let Warmth::Measured(answer) = warmth {
+        let warmth = answer.map_err(|e| e.to_string()).and_then(|series| {
+            // No pick among a pod's series: the whole answer is set aside.
+            warmth_by_pod(series.iter().map(|s| (&s.labels, s.value)), namespace)
+                .map_err(|e| error_chain::render(&e))
+        });
+        match warmth {
+            Ok(warmth) => {
+                for candidate in &mut measured {
+                    candidate.warmth = warmth.get(&candidate.name).copied();
                 }
             }
-            Err(e) => marked.query_error = Some(http::redact(&e.to_string(), headers)),
-        }
-        if marked.query_error.is_some() {
-            ranking = Ranking::NewestFirst;
+            Err(error) => {
+                marked.query_error = Some(error);
+                ranking = Ranking::NewestFirst;
+            }
         }
     }
     marked.ranking = Some(ranking);
@@ -151,7 +134,7 @@ pub async fn mark(
             .await
         {
             Ok(_) => marked.victims.push((name.clone(), cost)),
-            Err(e) => marked.failed.push((name.clone(), e.to_string())),
+            Err(e) => marked.failed.push((name.clone(), error_chain::render(&e))),
         }
     }
     Ok(marked)
@@ -222,15 +205,15 @@ pub(super) async fn clear_after_delete(ctx: &Context, scaler: &LLMScaler) {
         Ok((_, Some(target))) => target,
         Ok((_, None)) => return,
         Err(e) => {
-            tracing::warn!(scaler = %scaler.name_any(), namespace = %namespace, error = %e, "cannot look up the target to remove deletion-cost marks");
+            tracing::warn!(scaler = %scaler.name_any(), namespace = %namespace, error = %Chain(&e), "cannot look up the target to remove deletion-cost marks");
             return;
         }
     };
     let result = match pods_of(&target) {
         Ok(params) => clear(&ctx.client, &namespace, &params, &[])
             .await
-            .map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
+            .map_err(|e| error_chain::render(&e)),
+        Err(e) => Err(error_chain::render(&e)),
     };
     match result {
         Ok(0) => {}
@@ -289,7 +272,7 @@ pub(super) async fn for_sync(
         }
         let params = match pods_of(target) {
             Ok(params) => params,
-            Err(e) => return vec![warn("DeletionCostCleanupFailed", e.to_string())],
+            Err(e) => return vec![warn("DeletionCostCleanupFailed", error_chain::render(&e))],
         };
         return match clear(&ctx.client, namespace, &params, &[]).await {
             Ok(_) => {
@@ -298,7 +281,7 @@ pub(super) async fn for_sync(
             }
             Err(e) => vec![warn(
                 "DeletionCostCleanupFailed",
-                format!("cannot remove old deletion-cost marks: {e}"),
+                format!("cannot remove old deletion-cost marks: {}", Chain(&e)),
             )],
         };
     }
@@ -309,12 +292,17 @@ pub(super) async fn for_sync(
         .as_deref()
         .filter(|q| !q.trim().is_empty());
     let warmth = match (spec.metric_provider, query, access) {
-        (MetricProvider::Prometheus, Some(query), Some(access)) => Warmth::Query {
-            http: &access.client,
-            server: &spec.server_address,
-            headers: &access.headers,
-            query,
-        },
+        (MetricProvider::Prometheus, Some(query), Some(access)) => {
+            let read = access.at(&spec.server_address).series(query).await;
+            let name = scaler.name_any();
+            Warmth::Measured(recorded(
+                &ctx.metrics,
+                namespace,
+                &name,
+                DELETION_COST_QUERY,
+                read,
+            ))
+        }
         _ => Warmth::Newest,
     };
     ctx.memory.set_may_have_marks(&uid, true);
@@ -323,7 +311,7 @@ pub(super) async fn for_sync(
         Err(e) => {
             return vec![warn(
                 "VictimSelectionFailed",
-                format!("{e}; scaling down without deletion-cost marks"),
+                format!("{}; scaling down without deletion-cost marks", Chain(&e)),
             )];
         }
     };

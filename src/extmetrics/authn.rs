@@ -44,6 +44,25 @@ pub enum AuthnError {
     BadToken,
 }
 
+/// Why the front-proxy settings of kube-system/extension-apiserver-authentication cannot be used.
+#[derive(Debug, Error)]
+pub enum RequestHeaderError {
+    #[error("the ConfigMap has no requestheader-client-ca-file")]
+    NoCa,
+    #[error("{key} is not a JSON list of strings")]
+    List {
+        key: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("requestheader-client-ca-file: cannot read its PEM")]
+    CaPem(#[source] rustls::pki_types::pem::Error),
+    #[error("requestheader-client-ca-file: a certificate cannot be trusted")]
+    CaRoot(#[source] rustls::Error),
+    #[error("requestheader-client-ca-file: cannot verify client certificates with it")]
+    Verifier(#[source] rustls::server::VerifierBuilderError),
+}
+
 /// The request-header settings published in kube-system/extension-apiserver-authentication.
 pub struct RequestHeader {
     verifier: Arc<dyn ClientCertVerifier>,
@@ -68,15 +87,18 @@ impl std::fmt::Debug for RequestHeader {
 
 impl RequestHeader {
     /// From the ConfigMap's data: the CA bundle (PEM) and the JSON-encoded lists.
-    pub fn from_config_map(data: &BTreeMap<String, String>) -> Result<Self, String> {
+    pub fn from_config_map(data: &BTreeMap<String, String>) -> Result<Self, RequestHeaderError> {
         let ca = data
             .get("requestheader-client-ca-file")
-            .ok_or("the ConfigMap has no requestheader-client-ca-file")?;
-        let list = |key: &str| -> Result<Vec<String>, String> {
+            .ok_or(RequestHeaderError::NoCa)?;
+        let list = |key: &str| -> Result<Vec<String>, RequestHeaderError> {
             match data.get(key) {
                 None => Ok(Vec::new()),
                 Some(raw) if raw.trim().is_empty() => Ok(Vec::new()),
-                Some(raw) => serde_json::from_str(raw).map_err(|e| format!("{key}: {e}")),
+                Some(raw) => serde_json::from_str(raw).map_err(|source| RequestHeaderError::List {
+                    key: key.to_owned(),
+                    source,
+                }),
             }
         };
         Self::new(
@@ -94,18 +116,16 @@ impl RequestHeader {
         username_headers: Vec<String>,
         group_headers: Vec<String>,
         extra_prefixes: Vec<String>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, RequestHeaderError> {
         use rustls::pki_types::pem::PemObject;
         let mut roots = rustls::RootCertStore::empty();
         for cert in CertificateDer::pem_slice_iter(ca_pem) {
-            let cert = cert.map_err(|e| format!("requestheader-client-ca-file: {e}"))?;
-            roots
-                .add(cert)
-                .map_err(|e| format!("requestheader-client-ca-file: {e}"))?;
+            let cert = cert.map_err(RequestHeaderError::CaPem)?;
+            roots.add(cert).map_err(RequestHeaderError::CaRoot)?;
         }
         let verifier = WebPkiClientVerifier::builder(Arc::new(roots))
             .build()
-            .map_err(|e| format!("requestheader-client-ca-file: {e}"))?;
+            .map_err(RequestHeaderError::Verifier)?;
         Ok(Self {
             verifier,
             // A leaf keeps its verdict for a minute (a revocation by CA rotation is still

@@ -27,6 +27,7 @@ use super::review::{Access, Reviewer};
 use super::selector::LabelSelector;
 use super::status_response::ApiError;
 use super::values::metric_values;
+use crate::error_chain::Chain;
 use crate::metric_cache::MetricCache;
 use crate::tls::CertifiedPem;
 
@@ -38,9 +39,13 @@ const AUTH_CONFIG_MAP: &str = "extension-apiserver-authentication";
 
 #[derive(Debug, Error)]
 pub enum ServeError {
-    #[error("external metrics TLS certificate: {0}")]
-    Certificate(String),
-    #[error("external metrics server on {addr}: {source}")]
+    #[error("external metrics TLS certificate: cannot read its PEM")]
+    CertificatePem(#[source] rustls::pki_types::pem::Error),
+    #[error("external metrics TLS certificate: no rustls crypto provider is installed")]
+    NoCryptoProvider,
+    #[error("external metrics TLS certificate: cannot configure TLS with it")]
+    Tls(#[source] rustls::Error),
+    #[error("external metrics server on {addr}")]
     Serve {
         addr: SocketAddr,
         #[source]
@@ -96,11 +101,11 @@ pub async fn watch_request_header(client: Client, state: ApiState, shutdown: Can
                     state.set_request_header(Some(Arc::new(settings)));
                 }
                 Err(error) => {
-                    tracing::warn!(%error, "front-proxy settings unusable; only bearer tokens are accepted");
+                    tracing::warn!(error = %Chain(&error), "front-proxy settings unusable; only bearer tokens are accepted");
                     state.set_request_header(None);
                 }
             },
-            Err(error) => tracing::warn!(%error, "cannot watch {AUTH_CONFIG_MAP}"),
+            Err(error) => tracing::warn!(error = %crate::error_chain::Chain(&error), "cannot watch {AUTH_CONFIG_MAP}"),
         }
         futures::future::ready(())
     });
@@ -160,7 +165,9 @@ async fn guard(
             describe(&access)
         ))
         .into_response(),
-        Err(error) => ApiError::internal(format!("cannot check access: {error}")).into_response(),
+        Err(error) => {
+            ApiError::internal(format!("cannot check access: {}", Chain(&error))).into_response()
+        }
     }
 }
 
@@ -194,7 +201,8 @@ async fn authenticate(
         Ok(Some(user)) => Ok(user),
         Ok(None) => Err(unauthorized(AuthnError::BadToken)),
         Err(error) => Err(ApiError::internal(format!(
-            "cannot review the token: {error}"
+            "cannot review the token: {}",
+            Chain(&error)
         ))),
     }
 }
@@ -302,7 +310,7 @@ pub async fn serve(
                     // New handshakes get the new certificate; open connections keep theirs.
                     match server_config(&serving) {
                         Ok(config) => reloaded.reload_from_config(Arc::new(config)),
-                        Err(error) => tracing::warn!(%error, "cannot use the new serving certificate; serving the previous one"),
+                        Err(error) => tracing::warn!(error = %crate::error_chain::Chain(&error), "cannot use the new serving certificate; serving the previous one"),
                     }
                 }
             }
@@ -321,22 +329,21 @@ pub async fn serve(
 pub fn server_config(certificate: &CertifiedPem) -> Result<rustls::ServerConfig, ServeError> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let bad = |e: String| ServeError::Certificate(e);
     let chain: Vec<CertificateDer<'static>> =
         CertificateDer::pem_slice_iter(certificate.cert_pem.as_bytes())
             .collect::<Result<_, _>>()
-            .map_err(|e| bad(e.to_string()))?;
+            .map_err(ServeError::CertificatePem)?;
     let key = PrivateKeyDer::from_pem_slice(certificate.key_pem.as_bytes())
-        .map_err(|e| bad(e.to_string()))?;
+        .map_err(ServeError::CertificatePem)?;
     let provider = rustls::crypto::CryptoProvider::get_default()
         .cloned()
-        .ok_or_else(|| bad("no crypto provider installed".to_owned()))?;
+        .ok_or(ServeError::NoCryptoProvider)?;
     let mut config = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| bad(e.to_string()))?
+        .map_err(ServeError::Tls)?
         .with_client_cert_verifier(Arc::new(DeferredClientAuth::new(provider)))
         .with_single_cert(chain, key)
-        .map_err(|e| bad(e.to_string()))?;
+        .map_err(ServeError::Tls)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(config)
 }

@@ -19,9 +19,10 @@ impl Unreadable {
     }
 }
 
+/// The reader's error whole, its sources included.
 impl fmt::Display for Unreadable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
+        fmt::Display::fmt(&crate::error_chain::Chain(&*self.0), f)
     }
 }
 
@@ -33,7 +34,7 @@ impl fmt::Debug for Unreadable {
 
 impl PartialEq for Unreadable {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0) || self.0.to_string() == other.0.to_string()
+        Arc::ptr_eq(&self.0, &other.0) || self.to_string() == other.to_string()
     }
 }
 
@@ -56,6 +57,19 @@ mod tests {
             Unreadable::new(std::io::Error::other("connection refused"))
         );
         assert_ne!(refused, Unreadable::new(NegativeCount(-1)));
+        // A reader's error is told whole: its sources follow it.
+        #[derive(Debug, Error)]
+        #[error("cannot reach the server")]
+        struct Wrapped(#[source] std::io::Error);
+        let wrapped = Unreadable::new(Wrapped(std::io::Error::other("connection refused")));
+        assert_eq!(
+            wrapped.to_string(),
+            "cannot reach the server: connection refused"
+        );
+        assert_ne!(
+            wrapped,
+            Unreadable::new(Wrapped(std::io::Error::other("timed out")))
+        );
         assert_eq!(
             Unreadable::new(NegativeCount(-3)).to_string(),
             "the decision is a negative replica count (-3)"

@@ -18,7 +18,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Error)]
 pub enum HttpError {
-    #[error("cannot build the HTTP client: {0}")]
+    #[error("cannot build the HTTP client")]
     Build(#[source] reqwest::Error),
     // Only the header's name: its value may be a credential.
     #[error("serverHeaders: {name:?} is not a valid HTTP header name")]
@@ -72,15 +72,16 @@ pub fn headers(spec: Option<&BTreeMap<String, String>>) -> Result<HeaderMap, Htt
     Ok(map)
 }
 
-/// An error as it may be shown: its text with every credential of the request's headers
-/// redacted, made when the error is read (the credentials are not kept to redact it later).
+/// An error as it may be shown: its whole chain of sources, with every credential of the
+/// request's headers redacted, made when the error is read (the credentials are not kept to
+/// redact it later).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct Redacted(String);
 
 impl Redacted {
-    pub fn new(error: &dyn std::fmt::Display, headers: &HeaderMap) -> Self {
-        Self(redact(&error.to_string(), headers))
+    pub fn new(error: &(dyn std::error::Error + 'static), headers: &HeaderMap) -> Self {
+        Self(redact(&crate::error_chain::render(error), headers))
     }
 }
 

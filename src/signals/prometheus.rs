@@ -83,7 +83,8 @@ pub async fn query_value(
     }
 }
 
-/// Runs `query` and returns every series of its instant vector (for per-pod queries).
+/// Runs `query` and returns every series of its instant vector (for per-pod queries, and the
+/// diagnosis of an empty answer).
 pub async fn query_vector(
     client: &reqwest::Client,
     server: &str,
@@ -92,6 +93,24 @@ pub async fn query_vector(
 ) -> Result<Vec<Series>, QueryError> {
     let (status, body) = fetch(client, server, headers, query).await?;
     vector(status.as_u16(), &body)
+}
+
+/// [`query_vector`], where an answer with no series is an error ([`WhenEmpty`] says whether it
+/// is explained).
+pub async fn query_series(
+    client: &reqwest::Client,
+    server: &str,
+    headers: &HeaderMap,
+    query: &str,
+    when_empty: WhenEmpty,
+) -> Result<Vec<Series>, QueryError> {
+    match query_vector(client, server, headers, query).await? {
+        series if !series.is_empty() => Ok(series),
+        _ if when_empty == WhenEmpty::Explain => Err(QueryError::NoSeries(
+            no_series::diagnose(client, server, headers, query).await,
+        )),
+        _ => Err(QueryError::Empty),
+    }
 }
 
 async fn fetch(

@@ -88,7 +88,7 @@ pub(super) fn metrics_text(metrics: &Metrics) -> axum::response::Response {
         )
             .into_response(),
         Err(error) => {
-            tracing::warn!(%error, "cannot encode metrics");
+            tracing::warn!(error = %crate::error_chain::Chain(&error), "cannot encode metrics");
             StatusCode::INTERNAL_SERVER_ERROR.into_response()
         }
     }

@@ -15,28 +15,30 @@ use thiserror::Error;
 
 #[derive(Debug, Error)]
 pub enum TelemetryError {
-    #[error("invalid log filter {filter:?}: {source}")]
+    #[error("invalid log filter {filter:?}")]
     Filter {
         filter: String,
         #[source]
         source: tracing_subscriber::filter::ParseError,
     },
-    #[error("cannot install the log subscriber: {0}")]
+    #[error("cannot install the log subscriber")]
     Install(#[from] tracing_subscriber::util::TryInitError),
-    #[error("cannot listen for health probes and metrics on {addr}: {source}")]
+    #[error("cannot listen for health probes and metrics on {addr}")]
     Bind {
         addr: std::net::SocketAddr,
         #[source]
         source: std::io::Error,
     },
-    #[error("health server failed: {0}")]
+    #[error("health server failed")]
     Serve(#[source] std::io::Error),
-    #[error("cannot serve the authenticated metrics on {addr}: {source}")]
+    #[error("cannot serve the authenticated metrics on {addr}")]
     SecureServe {
         addr: std::net::SocketAddr,
         #[source]
         source: std::io::Error,
     },
-    #[error("cannot make the metrics port's certificate: {0}")]
-    Certificate(String),
+    #[error("cannot make the metrics port's certificate")]
+    Certificate(#[source] crate::tls::TlsError),
+    #[error("cannot serve the metrics port's certificate")]
+    CertificateConfig(#[source] crate::extmetrics::server::ServeError),
 }

@@ -42,10 +42,10 @@ pub async fn serve_secure_metrics(
     let addr = listener
         .local_addr()
         .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
-    let certificate = crate::tls::self_signed(&["localhost".to_owned()])
-        .map_err(|e| TelemetryError::Certificate(e.to_string()))?;
+    let certificate =
+        crate::tls::self_signed(&["localhost".to_owned()]).map_err(TelemetryError::Certificate)?;
     let config = crate::extmetrics::server::server_config(&certificate)
-        .map_err(|e| TelemetryError::Certificate(e.to_string()))?;
+        .map_err(TelemetryError::CertificateConfig)?;
     let tls = axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(config));
     let app = Router::new()
         .route(METRICS_PATH, get(guarded_metrics))
@@ -80,7 +80,7 @@ async fn guarded_metrics(State(state): State<SecureState>, headers: HeaderMap) -
                 .into_response();
         }
         Err(error) => {
-            tracing::warn!(%error, "cannot review a /metrics caller's token");
+            tracing::warn!(error = %crate::error_chain::Chain(&error), "cannot review a /metrics caller's token");
             return (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "cannot review the token now\n",
@@ -100,7 +100,7 @@ async fn guarded_metrics(State(state): State<SecureState>, headers: HeaderMap) -
         )
             .into_response(),
         Err(error) => {
-            tracing::warn!(%error, user = %user.name, "cannot check a /metrics caller's access");
+            tracing::warn!(error = %crate::error_chain::Chain(&error), user = %user.name, "cannot check a /metrics caller's access");
             (StatusCode::SERVICE_UNAVAILABLE, "cannot check access now\n").into_response()
         }
     }

@@ -51,27 +51,30 @@ pub enum Source {
 pub enum CertError {
     #[error(transparent)]
     Tls(#[from] TlsError),
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     File {
         path: String,
         #[source]
         source: std::io::Error,
     },
-    #[error("Secret {namespace}/{name}: {source}")]
+    #[error("Secret {namespace}/{name}")]
     Api {
         namespace: String,
         name: String,
         #[source]
         source: kube::Error,
     },
-    #[error("Secret {namespace}/{name}: {message}")]
+    #[error("Secret {namespace}/{name}")]
     Secret {
         namespace: String,
         name: String,
-        message: String,
+        #[source]
+        source: SecretProblem,
     },
-    #[error("{0}")]
-    Unusable(String),
+    #[error("the private key does not belong to the certificate")]
+    KeyMismatch,
+    #[error(transparent)]
+    Data(#[from] secret::DataError),
 }
 
 /// How often PEM files are read again: a mounted Secret changes on disk about a minute after
@@ -106,7 +109,7 @@ pub async fn start(
                     match read_files(&cert, &key, ca.as_ref()) {
                         Ok(material) => publish(&tx, material),
                         Err(error) => {
-                            tracing::warn!(%error, "cannot read the serving certificate files; serving the previous one");
+                            tracing::warn!(error = %crate::error_chain::Chain(&error), "cannot read the serving certificate files; serving the previous one");
                         }
                     }
                 }
@@ -141,14 +144,32 @@ fn read_files(cert: &PathBuf, key: &PathBuf, ca: Option<&PathBuf>) -> Result<Mat
     })
 }
 
+/// What is wrong with the certificate's Secret.
+#[derive(Debug, Error)]
+pub enum SecretProblem {
+    #[error("not found")]
+    NotFound,
+    #[error(
+        "exists and is not labelled {label}={value}; it is left alone (serve it with --extmetrics-tls-existing-secret)"
+    )]
+    NotOurs {
+        label: &'static str,
+        value: &'static str,
+    },
+    #[error("lost {0} writes in a row to other writers")]
+    LostRaces(usize),
+    #[error(transparent)]
+    Data(#[from] secret::DataError),
+    #[error(transparent)]
+    Unusable(Box<CertError>),
+}
+
 /// Refuses a certificate that could not be served, so a half-written update never replaces a
 /// working one.
 fn usable(material: Material) -> Result<Material, CertError> {
     tls::inspect(&material.serving.cert_pem)?;
     if !tls::key_matches(&material.serving.cert_pem, &material.serving.key_pem) {
-        return Err(CertError::Unusable(
-            "the private key does not belong to the certificate".to_owned(),
-        ));
+        return Err(CertError::KeyMismatch);
     }
     if let Some(bundle) = &material.ca_bundle {
         tls::inspect(bundle)?;

@@ -13,7 +13,8 @@ use kube::{Client, ResourceExt};
 use tokio::sync::watch;
 
 use super::plan::{self, Observed, Plan, Policy};
-use super::{CertError, Material, publish, usable};
+use super::{CertError, Material, SecretProblem, publish, usable};
+use crate::error_chain::Chain;
 use crate::supervisor::Supervisor;
 use crate::tls::{self, CaPem, CertifiedPem};
 
@@ -30,9 +31,18 @@ const MAX_RACES: usize = 5;
 
 type Data = BTreeMap<String, ByteString>;
 
-fn text<'a>(data: &'a Data, key: &str) -> Result<&'a str, String> {
-    let value = data.get(key).ok_or_else(|| format!("no {key}"))?;
-    std::str::from_utf8(&value.0).map_err(|_| format!("{key} is not PEM text"))
+fn text<'a>(data: &'a Data, key: &'static str) -> Result<&'a str, DataError> {
+    let value = data.get(key).ok_or(DataError::Missing(key))?;
+    std::str::from_utf8(&value.0).map_err(|_| DataError::NotText(key))
+}
+
+/// What is wrong with a key of the Secret's data.
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    #[error("no {0}")]
+    Missing(&'static str),
+    #[error("{0} is not PEM text")]
+    NotText(&'static str),
 }
 
 /// Reads what an operator-managed Secret holds.
@@ -41,14 +51,15 @@ pub fn observe(data: Option<&Data>) -> Observed {
         return Observed::Missing;
     };
     let read = || -> Result<Observed, String> {
-        let (ca_crt, ca_key) = (text(data, CA_CRT)?, text(data, CA_KEY)?);
-        let ca = tls::inspect(ca_crt).map_err(|e| format!("{CA_CRT}: {e}"))?;
+        let text = |key| text(data, key).map_err(|e| e.to_string());
+        let (ca_crt, ca_key) = (text(CA_CRT)?, text(CA_KEY)?);
+        let ca = tls::inspect(ca_crt).map_err(|e| format!("{CA_CRT}: {}", Chain(&e)))?;
         if !tls::key_matches(ca_crt, ca_key) {
             return Err(format!("{CA_KEY} does not belong to {CA_CRT}"));
         }
         let serving = (|| {
-            let (tls_crt, tls_key) = (text(data, TLS_CRT)?, text(data, TLS_KEY)?);
-            let serving = tls::inspect(tls_crt).map_err(|e| format!("{TLS_CRT}: {e}"))?;
+            let (tls_crt, tls_key) = (text(TLS_CRT)?, text(TLS_KEY)?);
+            let serving = tls::inspect(tls_crt).map_err(|e| format!("{TLS_CRT}: {}", Chain(&e)))?;
             if !tls::key_matches(tls_crt, tls_key) {
                 return Err(format!("{TLS_KEY} does not belong to {TLS_CRT}"));
             }
@@ -59,7 +70,7 @@ pub fn observe(data: Option<&Data>) -> Observed {
     read().unwrap_or_else(Observed::Unusable)
 }
 
-fn material(data: &Data) -> Result<Material, String> {
+fn material(data: &Data) -> Result<Material, DataError> {
     Ok(Material {
         serving: CertifiedPem {
             cert_pem: text(data, TLS_CRT)?.to_owned(),
@@ -82,8 +93,8 @@ fn renewed(
     let (ca, bundle) = match (plan, data) {
         (Plan::RenewServing(_), Some(data)) => {
             let ca = CaPem {
-                cert_pem: text(data, CA_CRT).map_err(CertError::Unusable)?.to_owned(),
-                key_pem: text(data, CA_KEY).map_err(CertError::Unusable)?.to_owned(),
+                cert_pem: text(data, CA_CRT).map_err(CertError::Data)?.to_owned(),
+                key_pem: text(data, CA_KEY).map_err(CertError::Data)?.to_owned(),
             };
             let bundle = ca.cert_pem.clone();
             (ca, bundle)
@@ -123,11 +134,11 @@ impl Managed {
         }
     }
 
-    fn secret_error(&self, message: String) -> CertError {
+    fn secret_error(&self, source: SecretProblem) -> CertError {
         CertError::Secret {
             namespace: self.namespace.clone(),
             name: self.name.clone(),
-            message,
+            source,
         }
     }
 
@@ -143,9 +154,10 @@ impl Managed {
             if let Some(secret) = &secret
                 && secret.labels().get(MANAGED_BY).map(String::as_str) != Some(US)
             {
-                return Err(self.secret_error(format!(
-                    "exists and is not labelled {MANAGED_BY}={US}; it is left alone (serve it with --extmetrics-tls-existing-secret)"
-                )));
+                return Err(self.secret_error(SecretProblem::NotOurs {
+                    label: MANAGED_BY,
+                    value: US,
+                }));
             }
             let data = secret.as_ref().map(|s| s.data.clone().unwrap_or_default());
             let observed = observe(data.as_ref());
@@ -154,7 +166,7 @@ impl Managed {
             let reason = match &step {
                 Plan::Serve { recheck_in } => {
                     let data = data.unwrap_or_default();
-                    let material = material(&data).map_err(|m| self.secret_error(m))?;
+                    let material = material(&data).map_err(|m| self.secret_error(m.into()))?;
                     return Ok((material, *recheck_in));
                 }
                 Plan::RenewServing(reason) | Plan::NewCa(reason) => reason.clone(),
@@ -195,7 +207,7 @@ impl Managed {
                 Err(error) => return Err(self.api_error(error)),
             }
         }
-        Err(self.secret_error(format!("lost {MAX_RACES} writes in a row to other writers")))
+        Err(self.secret_error(SecretProblem::LostRaces(MAX_RACES)))
     }
 }
 
@@ -207,7 +219,7 @@ fn name_watch(api: Api<Secret>, name: &str) -> impl futures::Stream<Item = ()> +
             match event {
                 Ok(_) => Some(()),
                 Err(error) => {
-                    tracing::debug!(%error, "certificate Secret watch interrupted");
+                    tracing::debug!(error = %crate::error_chain::Chain(&error), "certificate Secret watch interrupted");
                     None
                 }
             }
@@ -247,7 +259,7 @@ pub async fn managed(
                     recheck_in = next;
                 }
                 Err(error) => {
-                    tracing::warn!(%error, "cannot keep the serving certificate; serving the previous one");
+                    tracing::warn!(error = %Chain(&error), "cannot keep the serving certificate; serving the previous one");
                     recheck_in = RETRY;
                 }
             }
@@ -261,10 +273,10 @@ async fn read_existing(
     namespace: &str,
     name: &str,
 ) -> Result<Material, CertError> {
-    let secret_error = |message: String| CertError::Secret {
+    let secret_error = |source: SecretProblem| CertError::Secret {
         namespace: namespace.to_owned(),
         name: name.to_owned(),
-        message,
+        source,
     };
     let secret = api
         .get_opt(name)
@@ -274,10 +286,10 @@ async fn read_existing(
             name: name.to_owned(),
             source,
         })?
-        .ok_or_else(|| secret_error("not found".to_owned()))?;
+        .ok_or_else(|| secret_error(SecretProblem::NotFound))?;
     let data = secret.data.unwrap_or_default();
-    let material = material(&data).map_err(secret_error)?;
-    usable(material).map_err(|e| secret_error(e.to_string()))
+    let material = material(&data).map_err(|e| secret_error(e.into()))?;
+    usable(material).map_err(|e| secret_error(SecretProblem::Unusable(Box::new(e))))
 }
 
 pub async fn existing(
@@ -300,7 +312,7 @@ pub async fn existing(
             match read_existing(&api, &namespace, &name).await {
                 Ok(material) => publish(&tx, material),
                 Err(error) => {
-                    tracing::warn!(%error, "cannot read the serving certificate; serving the previous one");
+                    tracing::warn!(error = %Chain(&error), "cannot read the serving certificate; serving the previous one");
                 }
             }
         }
