@@ -1,5 +1,5 @@
 //! The scaling-quality lab's driver, shared by `benches/policies.rs` (`make lab`) and the smoke
-//! test (`tests/lab_smoke.rs`): this operator's decision core as a lab policy, the roster of
+//! test (`tests/lab_smoke.rs`): this operator as a lab policy (`operator.rs`), the roster of
 //! peers and grid settings, the seeded runs on every core, and the report (tables, paired
 //! intervals, SVG plots).
 
@@ -12,226 +12,23 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use llmscaleoperator::api::behavior::{behavior, stages, target_type, zero_rules};
-use llmscaleoperator::api::validation::parse_target;
-use llmscaleoperator::api::{LLMScalerSpec, ScaleDownBehavior};
-use llmscaleoperator::scaling::{
-    Bounds as OpBounds, Input, Learned, Memory, MetricReading, Signal as OpSignal, SkipReason,
-    Stored, TargetState, TargetType, Unreadable, ZeroMemory, ZeroRules, effective_startup, law,
-    learn_startup,
-};
+mod operator;
+
 use llmscaleoperator_sim::lab::chart::{self, ParetoPoint, Timeline};
 use llmscaleoperator_sim::lab::engine::PodProfile;
-use llmscaleoperator_sim::lab::metrics::Gauge;
 use llmscaleoperator_sim::lab::oracle::{Oracle, per_pod_capacity};
 use llmscaleoperator_sim::lab::peers::{
     AibrixApa, AibrixConfig, AibrixKpa, Hpa, HpaConfig, Keda, KedaConfig, Knative, KnativeConfig,
     Tolerances, Wva, WvaConfig,
 };
-use llmscaleoperator_sim::lab::policy::{Bounds, Policy, Victims, View};
+use llmscaleoperator_sim::lab::policy::{Bounds, Policy};
 use llmscaleoperator_sim::lab::report::{
     Runs, best_of, miss_percent, paired_difference, replica_hours, summarize, verdict,
 };
 use llmscaleoperator_sim::lab::run::{FleetSetup, Outcome, run};
 use llmscaleoperator_sim::lab::workload::{Request, Shape, generate};
+pub use operator::{Operator, TARGET};
 use serde_json::json;
-
-/// The operator as a user would set it up for vLLM: one Prometheus query, the mean requests in
-/// flight per scraped pod, with requests held at the gateway added (so a fleet at zero wakes):
-///
-/// ```text
-/// (sum(vllm:num_requests_running + vllm:num_requests_waiting) + sum(gateway_pending))
-///   / clamp_min(count(vllm:num_requests_running), 1)
-/// ```
-///
-/// Everything else comes from an LLMScaler spec read through the same functions the controller
-/// uses: the spec's defaults (or the fields a variant sets), its behavior, and the start-up delay
-/// learned from the target's pods.
-///
-/// Where the fleet may go to zero, the spec is the one the README's "Scale to zero" asks for: the
-/// metric above (the router's queue in it, so a wake is sized for what waits instead of one
-/// pod), and a `scaleToZero` block whose activation query reads what the router in front of the
-/// model holds (requests at the gateway plus those the pods have in flight; it exists at zero),
-/// every other field at its default:
-///
-/// ```text
-/// (sum(vllm:num_requests_running + vllm:num_requests_waiting) or vector(0)) + sum(gateway_pending)
-/// ```
-///
-/// (The per-pod metric without the router's queue, which has no series until a pod is Ready,
-/// was measured too: it waits one whole start-up with a single pod before sizing the fleet, and
-/// attained 8% on `idle` at 180 s against 39% with the queue in the metric.)
-pub struct Operator {
-    label: String,
-    spec: LLMScalerSpec,
-    target: f64,
-    kind: TargetType,
-    memory: Memory,
-    zero: Option<ZeroRules>,
-    zero_memory: ZeroMemory,
-    /// Consecutive syncs without a usable signal (the fallback's count).
-    syncs_without_signal: u32,
-    learned: Option<Learned>,
-    /// The newest Ready time counted into `learned`.
-    learned_until: f64,
-}
-
-impl Operator {
-    pub fn new(bounds: Bounds) -> Self {
-        Self::with(bounds, json!({}))
-    }
-
-    /// The spec a user would write, with `overrides` merged over its top level (a null removes
-    /// a field).
-    pub fn with(bounds: Bounds, overrides: serde_json::Value) -> Self {
-        let mut spec = json!({
-            "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm"},
-            "serverAddress": "http://prometheus:9090",
-            "minReplicas": bounds.min,
-            "maxReplicas": bounds.max,
-            "metrics": [{"name": "in-flight", "query": "…", "target": TARGET.to_string()}],
-        });
-        if bounds.min == 0 {
-            spec["scaleToZero"] = json!({"activationQuery": "…"});
-        }
-        // An override of null removes the field.
-        if let (Some(base), Some(extra)) = (spec.as_object_mut(), overrides.as_object()) {
-            for (k, v) in extra {
-                if v.is_null() {
-                    base.remove(k);
-                } else {
-                    base.insert(k.clone(), v.clone());
-                }
-            }
-        }
-        let spec: LLMScalerSpec = serde_json::from_value(spec).unwrap();
-        let metric = &spec.metrics.as_ref().unwrap()[0];
-        let target = parse_target(&metric.target).unwrap();
-        let kind = target_type(metric.target_type);
-        let zero = zero_rules(&spec).unwrap();
-        Self {
-            label: "llmscaleoperator".into(),
-            spec,
-            target,
-            kind,
-            memory: Memory::default(),
-            zero,
-            zero_memory: ZeroMemory::default(),
-            syncs_without_signal: 0,
-            learned: None,
-            learned_until: 0.0,
-        }
-    }
-
-    fn named(mut self, label: &str) -> Self {
-        self.label = label.into();
-        self
-    }
-}
-
-/// What a query over series that do not exist answers (a fleet at zero has no pod to scrape).
-#[derive(Debug, thiserror::Error)]
-#[error("no series")]
-struct NoSeries;
-
-/// Requests in flight per pod: every ratio policy's reference target.
-const TARGET: f64 = 16.0;
-const EPOCH: i64 = 1_800_000_000;
-
-impl Policy for Operator {
-    fn label(&self) -> String {
-        self.label.clone()
-    }
-
-    fn period(&self) -> f64 {
-        f64::from(self.spec.sync_period_seconds)
-    }
-
-    fn victims(&self) -> Victims {
-        match self.spec.scale_down.behavior {
-            ScaleDownBehavior::CacheAware => Victims::Coldest,
-            ScaleDownBehavior::None => Victims::ReplicaSet,
-        }
-    }
-
-    fn decide(&mut self, view: &View<'_>) -> u32 {
-        let running = view.metrics.latest(view.now, Gauge::Running);
-        let waiting: f64 = view
-            .metrics
-            .latest(view.now, Gauge::Waiting)
-            .iter()
-            .map(|(_, v)| v)
-            .sum();
-        let gateway = view.metrics.gateway_pending(view.now);
-        let in_flight = running.iter().map(|(_, v)| v).sum::<f64>() + waiting;
-        let activation = gateway
-            .map(|g| g + in_flight)
-            .ok_or_else(|| SkipReason::Unavailable(Unreadable::new(NoSeries)));
-        let value = match gateway {
-            None if running.is_empty() => Err(SkipReason::Unavailable(Unreadable::new(NoSeries))),
-            _ => {
-                let total = in_flight + gateway.unwrap_or(0.0);
-                Ok(match self.kind {
-                    TargetType::Value => total / running.len().max(1) as f64,
-                    TargetType::AverageValue => total,
-                })
-            }
-        };
-        // What the controller learns from the pods' creation and Ready times.
-        let mut became_ready: Vec<(f64, f64)> = view
-            .pods
-            .iter()
-            .filter_map(|p| p.ready_at.map(|r| (r, r - p.created)))
-            .filter(|(r, _)| *r > self.learned_until)
-            .collect();
-        became_ready.sort_by(|a, b| a.0.total_cmp(&b.0));
-        if let Some((last, _)) = became_ready.last() {
-            self.learned_until = *last;
-            let samples: Vec<f64> = became_ready.iter().map(|(_, s)| *s).collect();
-            self.learned = learn_startup(self.learned, &samples);
-        }
-        let now = Timestamp::from_second(EPOCH).unwrap()
-            + SignedDuration::from_millis((view.now * 1000.0) as i64);
-        let input = Input {
-            signal: OpSignal::Ratio(vec![MetricReading {
-                name: "in-flight".into(),
-                value,
-                target: self.target,
-                kind: self.kind,
-            }]),
-            target: TargetState {
-                spec_replicas: i32::try_from(view.spec).unwrap(),
-                ready_replicas: i32::try_from(view.ready()).unwrap(),
-                rollout: None,
-            },
-            bounds: OpBounds {
-                min: self.spec.min_replicas,
-                max: self.spec.max_replicas,
-            },
-            behavior: behavior(&self.spec).unwrap(),
-            startup_seconds: effective_startup(self.spec.startup_seconds, self.learned),
-            memory: std::mem::take(&mut self.memory),
-            now,
-        };
-        // The law that ships, every stage the spec sets (a lab run has no pause annotation).
-        let stages = stages(&self.spec, None).unwrap();
-        let stored = Stored {
-            zero: self.zero_memory,
-            syncs_without_signal: self.syncs_without_signal,
-        };
-        let step = law(&input, &stages, self.zero.map(|_| activation), stored);
-        if let Some(zero) = step.zero {
-            self.zero_memory = zero;
-        }
-        self.syncs_without_signal = step.syncs_without_signal;
-        let decision = step.decision;
-        self.memory = decision.memory;
-        decision
-            .write
-            .map_or(view.spec, |w| u32::try_from(w).unwrap_or(0))
-    }
-}
 
 /// One policy of a cell's roster.
 struct Entrant {

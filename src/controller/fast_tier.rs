@@ -957,3 +957,188 @@ async fn an_hpa_on_the_target_stops_every_write_and_is_told_once() {
     let (ok, _, _) = condition(&h.api.status().expect("status"), "Ready");
     assert_eq!(ok, "True");
 }
+
+/// RFC 7386 JSON merge patch, as the apiserver applies the status patches a sync sends.
+fn merge(target: &mut Value, patch: &Value) {
+    let Some(patch) = patch.as_object() else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    let Some(object) = target.as_object_mut() else {
+        return;
+    };
+    for (key, value) in patch {
+        if value.is_null() {
+            object.remove(key);
+        } else {
+            merge(object.entry(key.clone()).or_insert(Value::Null), value);
+        }
+    }
+}
+
+/// The lab's operator entrant (`benches/lab/operator.rs`), built here as it is in the lab.
+#[allow(dead_code, unused_imports)]
+#[path = "../../benches/lab/operator.rs"]
+mod lab_operator;
+
+/// A Prometheus whose one series has the value `reading` holds when it is asked, or none.
+async fn prometheus_reading(reading: Arc<Mutex<Option<f64>>>) -> String {
+    let app = axum::Router::new().fallback(move || {
+        let reading = reading.clone();
+        async move {
+            let value = *reading.lock().unwrap_or_else(PoisonError::into_inner);
+            let result = match value {
+                Some(v) => json!([{ "metric": {}, "value": [1.0, v.to_string()] }]),
+                None => json!([]),
+            };
+            axum::Json(json!({ "status": "success",
+                "data": { "resultType": "vector", "result": result } }))
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{address}")
+}
+
+/// The same readings, fed to the controller (whole syncs, the status stored between them as the
+/// apiserver would) and to the lab's operator entrant, every 15 s of one clock: the replica
+/// counts they decide are the same, sync by sync, for a spec with a fallback, pinned, frozen
+/// and free. The lab measures the law that ships only while this holds.
+#[tokio::test]
+async fn the_controller_and_the_lab_entrant_decide_alike() {
+    use llmscaleoperator_sim::lab::metrics::{PodSample, Scrapes};
+    use llmscaleoperator_sim::lab::policy::{Bounds, PodState, Policy, View};
+
+    use crate::scaling::Pause;
+
+    const PODS: u32 = 4;
+    // Requests in flight per pod, or no series (a Prometheus that lost its targets): up past
+    // the target, a long outage (the fallback's threshold is 3), back, down (held by the
+    // scale-down window), up in steps (the rate policies).
+    let readings: Vec<Option<f64>> = [
+        &[Some(40.0), Some(40.0), Some(16.0)][..],
+        &[None; 5],
+        &[Some(8.0), Some(8.0), Some(2.0), Some(2.0)],
+        &[Some(100.0); 3],
+        &[None, Some(4.0), None, None, None, Some(24.0)],
+        &[Some(1.0); 24],
+    ]
+    .concat();
+    let bounds = Bounds { min: 1, max: 10 };
+    let fallback = json!({ "fallback": { "failureThreshold": 3, "replicas": 6 } });
+    let cases: [(&str, Option<Pause>, Value); 3] = [
+        ("free", None, json!({})),
+        (
+            "pinned",
+            Some(Pause::Pinned(3)),
+            json!({ crate::names::PAUSED_REPLICAS_ANNOTATION: "3" }),
+        ),
+        (
+            "frozen",
+            Some(Pause::Frozen),
+            json!({ crate::names::PAUSED_ANNOTATION: "true" }),
+        ),
+    ];
+    let mut fallbacks_seen = 0;
+    for (name, pause, annotations) in cases {
+        let mut entrant = lab_operator::Operator::with(bounds, fallback.clone());
+        if let Some(pause) = pause {
+            entrant = entrant.paused(pause);
+        }
+        let reading = Arc::new(Mutex::new(None));
+        let server = prometheus_reading(reading.clone()).await;
+        let mut spec = serde_json::to_value(entrant.spec()).expect("the spec serializes");
+        spec["serverAddress"] = json!(server);
+        let mut scaler = json!({
+            "apiVersion": "autoscaling.modelsphere.dev/v1alpha1", "kind": "LLMScaler",
+            "metadata": { "name": name, "namespace": NS, "uid": format!("uid-{name}"),
+                          "generation": 1, "resourceVersion": "1",
+                          "annotations": annotations },
+            "spec": spec
+        });
+        let api = FakeApi::default().with_deployment("vllm", PODS as i32);
+        let mut h = Harness::leader(api);
+        let now = Arc::new(Mutex::new(0.0_f64));
+        let clock = now.clone();
+        Arc::get_mut(&mut h.ctx).expect("one owner").clock = Arc::new(move || {
+            let seconds = *clock.lock().unwrap_or_else(PoisonError::into_inner);
+            k8s_openapi::jiff::Timestamp::from_second(lab_operator::EPOCH).expect("epoch")
+                + k8s_openapi::jiff::SignedDuration::from_secs_f64(seconds)
+        });
+        // Ready since the start: nothing is learned of the start-up on either path.
+        let pods: Vec<PodState> = (0..u64::from(PODS))
+            .map(|id| PodState {
+                id,
+                created: 0.0,
+                ready_at: Some(0.0),
+            })
+            .collect();
+
+        let (mut by_controller, mut by_entrant) = (Vec::new(), Vec::new());
+        for (i, value) in readings.iter().enumerate() {
+            let t = 15.0 * (i as f64 + 1.0);
+            *now.lock().unwrap_or_else(PoisonError::into_inner) = t;
+            *reading.lock().unwrap_or_else(PoisonError::into_inner) = *value;
+
+            let writes = h.api.scale_writes("vllm").len();
+            let patches = h.api.writes().len();
+            h.sync(&scaler).await;
+            let wrote = h.api.scale_writes("vllm").get(writes).copied();
+            by_controller.push(wrote.unwrap_or(i64::from(PODS)));
+            // What the apiserver stores is what the next sync reads.
+            if let Some(patch) = h.api.writes()[patches..]
+                .iter()
+                .rev()
+                .find(|s| s.path.ends_with("/status"))
+            {
+                merge(&mut scaler["status"], &patch.body["status"]);
+            }
+
+            let mut scrapes = Scrapes::new();
+            for pod in value.iter().flat_map(|v| {
+                (0..u64::from(PODS)).map(move |id| {
+                    let sample = PodSample {
+                        running: *v,
+                        waiting: 0.0,
+                        kv_usage: 0.0,
+                    };
+                    (id, sample)
+                })
+            }) {
+                scrapes.record(pod.0, t, pod.1);
+            }
+            let view = View {
+                now: t,
+                spec: PODS,
+                pods: &pods,
+                metrics: &scrapes,
+            };
+            by_entrant.push(i64::from(entrant.decide(&view)));
+        }
+        assert_eq!(
+            by_controller, by_entrant,
+            "{name}: the controller (left) and the lab entrant (right) decided differently"
+        );
+        match pause {
+            Some(Pause::Pinned(n)) => assert!(by_controller.iter().all(|&c| c == i64::from(n))),
+            Some(Pause::Frozen) => assert!(by_controller.iter().all(|&c| c == i64::from(PODS))),
+            None => {
+                // The run exercises more than one stage: the signal scaled up (by the rate
+                // policy's step) and down (after the window), the fallback raised.
+                assert!(by_controller.contains(&8), "{by_controller:?}");
+                assert!(by_controller.contains(&1), "{by_controller:?}");
+                fallbacks_seen += by_controller.iter().filter(|&&c| c == 6).count();
+            }
+        }
+    }
+    assert!(
+        fallbacks_seen > 0,
+        "the fallback raised the fleet at least once"
+    );
+}

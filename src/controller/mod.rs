@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{Controller, WatchStreamExt, predicates, reflector, watcher};
 use kube::{Api, Client, ResourceExt};
@@ -59,6 +60,8 @@ pub struct Context {
     pub tls_clients: server_access::TlsClients,
     /// What this process remembers of each scaler between syncs, one record per uid.
     pub memory: memory::Memories,
+    /// The time a sync decides at: the wall clock, or a test's.
+    pub clock: Clock,
     /// The background tasks and the syncs running now; a shutdown waits for them.
     supervisor: Supervisor,
 }
@@ -95,11 +98,15 @@ impl Context {
             secrets: Default::default(),
             tls_clients: Default::default(),
             memory: Default::default(),
+            clock: Arc::new(Timestamp::now),
             supervisor,
             client,
         }
     }
 }
+
+/// Where a sync reads the time: the control law is given its clock, never reads one.
+pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 
 /// Which LLMScalers this process is responsible for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

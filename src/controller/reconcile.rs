@@ -84,7 +84,7 @@ async fn sync(scaler: Arc<LLMScaler>, ctx: Arc<Context>) -> Result<Action, Recon
     if let Some(wait) = wait_for_own_slot(&scaler, &ctx) {
         return Ok(Action::requeue(wait));
     }
-    let now = Timestamp::now();
+    let now = (ctx.clock)();
 
     let observed = observe(&scaler, &ctx, &namespace, now).await;
     // Asked once, after the signal was read (leadership can end while it is read).
