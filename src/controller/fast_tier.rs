@@ -182,6 +182,30 @@ impl FakeApi {
                             "items": self.lock().hpas.clone() }),
                 )
             }
+            // One current ReplicaSet per Deployment (what victim selection looks for).
+            (&Method::GET, p) if p == format!("/apis/apps/v1/namespaces/{NS}/replicasets") => {
+                let items: Vec<Value> = self
+                    .lock()
+                    .deployments
+                    .iter()
+                    .map(|d| {
+                        let name = d["metadata"]["name"].as_str().unwrap_or_default();
+                        json!({ "apiVersion": "apps/v1", "kind": "ReplicaSet",
+                            "metadata": { "name": format!("{name}-1"), "namespace": NS,
+                                "uid": format!("uid-{name}-1"),
+                                "annotations": { "deployment.kubernetes.io/revision": "1" },
+                                "ownerReferences": [{ "apiVersion": "apps/v1",
+                                    "kind": "Deployment", "name": name,
+                                    "uid": format!("uid-{name}"), "controller": true }] },
+                            "spec": { "selector": d["spec"]["selector"].clone() } })
+                    })
+                    .collect();
+                (
+                    StatusCode::OK,
+                    json!({ "apiVersion": "apps/v1", "kind": "ReplicaSetList",
+                            "metadata": { "resourceVersion": "1" }, "items": items }),
+                )
+            }
             (&Method::GET, p) if p.ends_with("/pods") => (
                 StatusCode::OK,
                 json!({ "apiVersion": "v1", "kind": "PodList",
@@ -1140,5 +1164,63 @@ async fn the_controller_and_the_lab_entrant_decide_alike() {
     assert!(
         fallbacks_seen > 0,
         "the fallback raised the fleet at least once"
+    );
+}
+
+/// The deletion-cost query goes through the one signal read like every other query: it is
+/// timed, counted under its own name when it gives nothing usable, and its credentials never
+/// reach the warning that says the pods were ranked newest first.
+#[tokio::test]
+async fn the_deletion_cost_query_is_read_and_counted_like_every_query() {
+    // The metric reads 0.5 per pod (a scale-down from 6 to 3); the warmth query fails.
+    let app = axum::Router::new().fallback(|uri: http::Uri| async move {
+        let query = uri.query().unwrap_or_default().to_owned();
+        if query.contains("warmth") {
+            return (
+                StatusCode::BAD_REQUEST,
+                axum::Json(json!({ "status": "error", "errorType": "bad_data",
+                    "error": "parse error near Bearer hunter2" })),
+            );
+        }
+        (
+            StatusCode::OK,
+            axum::Json(
+                json!({ "status": "success", "data": { "resultType": "vector",
+                "result": [{ "metric": {}, "value": [1.0, "0.5"] }] } }),
+            ),
+        )
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let server = format!("http://{}", listener.local_addr().expect("address"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let h = Harness::leader(FakeApi::default().with_deployment("vllm", 6));
+    let spec = json!({
+        "serverHeaders": { "Authorization": "Bearer hunter2" },
+        "scaleDown": { "stabilizationWindowSeconds": 0, "deletionCostQuery": "warmth" }
+    });
+    h.sync(&scaler_json("s", &server, spec)).await;
+    assert_eq!(h.api.scale_writes("vllm"), vec![3]);
+    let shown = h.exposition();
+    let counted = format!(
+        r#"llmscaleoperator_query_errors_total{{namespace="ns",scaler="s",metric="{}"}} 1"#,
+        crate::names::DELETION_COST_QUERY
+    );
+    assert!(shown.contains(&counted), "{counted} in {shown}");
+    assert!(
+        shown.contains("llmscaleoperator_query_duration_seconds_count 2"),
+        "the metric and the deletion-cost query: {shown}"
+    );
+    let events = h.api.events();
+    let warned = events
+        .iter()
+        .find(|(reason, _)| reason == "DeletionCostQueryFailed")
+        .map(|(_, note)| note.clone())
+        .unwrap_or_default();
+    assert!(
+        warned.contains("parse error near [redacted]") && !warned.contains("hunter2"),
+        "{events:?}"
     );
 }

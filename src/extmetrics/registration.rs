@@ -124,8 +124,8 @@ impl Registrar {
         }
         let shutdown = supervisor.shutdown();
         supervisor.spawn_service("APIService registration", async move {
-            // Without an election the leadership channel is closed from the start, and a fixed
-            // certificate has no sender: each then simply stops counting as a reason to wake up.
+            // Without an election leadership never changes, and a fixed certificate has no
+            // sender: each then simply stops counting as a reason to wake up.
             let mut election = true;
             let mut rotating = true;
             loop {
@@ -135,7 +135,7 @@ impl Registrar {
                         rotating = false;
                         continue;
                     },
-                    changed = leading.changed(), if election => if changed.is_err() {
+                    changed = leading.changed(), if election => if changed.is_none() {
                         election = false;
                         continue;
                     },
@@ -190,10 +190,12 @@ impl Registrar {
                     )
                     .await
                 {
-                    tracing::warn!(%error, "cannot publish the event");
+                    tracing::warn!(error = %crate::error_chain::Chain(&error), "cannot publish the event");
                 }
             }
-            Err(error) => tracing::warn!(%error, "cannot register the APIService"),
+            Err(error) => {
+                tracing::warn!(error = %crate::error_chain::Chain(&error), "cannot register the APIService")
+            }
         }
     }
 }

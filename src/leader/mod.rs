@@ -4,7 +4,6 @@
 
 pub mod elector;
 
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -19,44 +18,97 @@ pub use elector::Timing;
 use elector::{Elector, LeaseView, Step};
 
 /// Whether this process may write now; cheap to clone and to ask on every write.
+///
+/// The one source of truth is the deadline the campaign publishes: writes are allowed strictly
+/// before it. Both [`Leadership::may_write`] and [`LeadershipChanges`] are read from it, so they
+/// cannot disagree, and a deadline that lapses while the API server is down stops writes at once,
+/// without waiting for the campaign to notice.
 #[derive(Clone)]
 pub struct Leadership {
-    /// `None`: no election, always allowed.
-    until: Option<Arc<Mutex<Option<Instant>>>>,
-    changes: watch::Receiver<bool>,
+    /// `None`: no election, always allowed. Otherwise the deadline last published by the
+    /// campaign (`None` inside: not leading).
+    until: Option<watch::Receiver<Option<Instant>>>,
 }
 
 impl Leadership {
     /// No election: this process is the only writer.
     pub fn always() -> Self {
-        Self {
-            until: None,
-            changes: watch::channel(true).1,
-        }
+        Self { until: None }
     }
 
     /// A standby that never leads (tests of what a standby does).
     #[cfg(test)]
     pub fn never() -> Self {
         Self {
-            until: Some(Arc::new(Mutex::new(None))),
-            changes: watch::channel(false).1,
+            until: Some(watch::channel(None).1),
         }
     }
 
     pub fn may_write(&self) -> bool {
         match &self.until {
             None => true,
-            Some(until) => until
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .is_some_and(|t| Instant::now() < t),
+            Some(until) => leading(*until.borrow(), Instant::now()),
         }
     }
 
-    /// Flips when leadership is won or lost.
-    pub fn changes(&self) -> watch::Receiver<bool> {
-        self.changes.clone()
+    /// Wakes when leadership is won or lost, as [`Leadership::may_write`] would tell.
+    pub fn changes(&self) -> LeadershipChanges {
+        LeadershipChanges {
+            until: self.until.clone(),
+            last: self.may_write(),
+        }
+    }
+}
+
+fn leading(until: Option<Instant>, now: Instant) -> bool {
+    until.is_some_and(|until| now < until)
+}
+
+/// Leadership flips, derived from the published deadline: see [`LeadershipChanges::changed`].
+pub struct LeadershipChanges {
+    /// `None`: no election, nothing ever changes.
+    until: Option<watch::Receiver<Option<Instant>>>,
+    /// What [`Leadership::may_write`] said when last reported (or when this was made).
+    last: bool,
+}
+
+impl LeadershipChanges {
+    /// Waits until [`Leadership::may_write`] differs from what it was when last reported and
+    /// returns the new value. Renewals move the deadline every few seconds but change nothing,
+    /// so they do not end the wait; a deadline that passes without a new one does.
+    ///
+    /// `None` when nothing can change any more: there is no election, or the campaign has
+    /// ended and its last deadline has passed.
+    ///
+    /// Cancel safe: what was last reported only moves when a value is returned, and each call
+    /// reads the current deadline afresh.
+    pub async fn changed(&mut self) -> Option<bool> {
+        let until = self.until.as_mut()?;
+        loop {
+            let deadline = *until.borrow_and_update();
+            let leads = leading(deadline, Instant::now());
+            if leads != self.last {
+                self.last = leads;
+                return Some(leads);
+            }
+            match deadline.filter(|_| leads) {
+                // Leading: a new deadline (renewed, or lost at once) or this one passing.
+                Some(deadline) => {
+                    let mut lapsed = std::pin::pin!(tokio::time::sleep_until(
+                        tokio::time::Instant::from_std(deadline)
+                    ));
+                    tokio::select! {
+                        published = until.changed() => if published.is_err() {
+                            // The campaign has ended: only the deadline passing is left.
+                            lapsed.await;
+                        },
+                        () = lapsed.as_mut() => {}
+                    }
+                }
+                // Not leading: only a new deadline can change that.
+                None => until.changed().await.ok()?,
+            }
+        }
     }
 }
 
@@ -97,15 +149,13 @@ pub fn start(
     config: LeaseConfig,
     on_change: impl Fn(bool) + Send + 'static,
 ) -> (Election, impl Future<Output = ()> + Send + 'static) {
-    let until = Arc::new(Mutex::new(None));
-    let (tx, rx) = watch::channel(false);
+    let (tx, until) = watch::channel(None);
     let stop = CancellationToken::new();
     let campaign = Campaign {
         api: Api::namespaced(client, &config.namespace),
         elector: Elector::new(config.identity.clone(), config.timing),
         config,
-        until: until.clone(),
-        tx,
+        until: tx,
     };
     let ended = CancellationToken::new();
     let done = ended.clone().drop_guard();
@@ -116,10 +166,7 @@ pub fn start(
         run.await;
     };
     let election = Election {
-        leadership: Leadership {
-            until: Some(until),
-            changes: rx,
-        },
+        leadership: Leadership { until: Some(until) },
         stop,
         ended,
     };
@@ -130,8 +177,8 @@ struct Campaign {
     api: Api<Lease>,
     config: LeaseConfig,
     elector: Elector,
-    until: Arc<Mutex<Option<Instant>>>,
-    tx: watch::Sender<bool>,
+    /// The deadline behind [`Leadership`]; written by [`Campaign::publish`] only.
+    until: watch::Sender<Option<Instant>>,
 }
 
 impl Campaign {
@@ -164,7 +211,6 @@ impl Campaign {
                     tracing::warn!(identity = %self.config.identity, lease = %self.config.name, "not the leader any more; writes stop");
                 }
                 on_change(leading);
-                self.tx.send_replace(leading);
             }
             // Wake up in time to stop writing even if the API server stops answering.
             let pause = self.leading_for().map_or(self.config.timing.retry, |left| {
@@ -179,7 +225,6 @@ impl Campaign {
         self.publish();
         if leading {
             on_change(false);
-            self.tx.send_replace(false);
             let timeout = self.config.timing.renew_deadline;
             if tokio::time::timeout(timeout, self.release()).await.is_err() {
                 tracing::warn!(lease = %self.config.name, "the Lease could not be released in time; a standby takes over when it expires");
@@ -198,7 +243,13 @@ impl Campaign {
     }
 
     fn publish(&self) {
-        *self.until.lock().unwrap_or_else(PoisonError::into_inner) = self.elector.leading_until();
+        let until = self.elector.leading_until();
+        // Published on every look at the Lease: only a new deadline wakes the waiters.
+        self.until.send_if_modified(|published| {
+            let new = *published != until;
+            *published = until;
+            new
+        });
     }
 
     /// One look at the Lease and the write it calls for.
@@ -290,5 +341,112 @@ impl Campaign {
             Ok(_) => tracing::info!(lease = %self.config.name, "released the leader Lease"),
             Err(error) => tracing::warn!(%error, "cannot release the leader Lease"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::pin::pin;
+
+    use super::*;
+
+    /// Long enough that nothing in a test lapses unless it is meant to, even on a loaded machine.
+    const FAR: Duration = Duration::from_secs(30);
+    /// Time given to a waiter that should stay asleep to (wrongly) wake up.
+    const QUIET: Duration = Duration::from_millis(50);
+
+    /// An election whose deadline the test publishes, as the campaign would.
+    fn elected(until: Option<Instant>) -> (watch::Sender<Option<Instant>>, Leadership) {
+        let (tx, rx) = watch::channel(until);
+        (tx, Leadership { until: Some(rx) })
+    }
+
+    #[tokio::test]
+    async fn renewals_do_not_wake_the_waiter() {
+        let (tx, leadership) = elected(Some(Instant::now() + FAR));
+        let mut changes = leadership.changes();
+        let mut changed = pin!(changes.changed());
+        for _ in 0..5 {
+            tx.send_replace(Some(Instant::now() + FAR));
+            // A waiter woken by the new deadline is ready at once.
+            let woke = tokio::time::timeout(QUIET, changed.as_mut()).await;
+            assert!(woke.is_err(), "a renewal woke the waiter: {woke:?}");
+            assert!(leadership.may_write());
+        }
+    }
+
+    #[tokio::test]
+    async fn a_deadline_that_passes_unrenewed_ends_leadership() {
+        let deadline = Instant::now() + Duration::from_millis(200);
+        let (tx, leadership) = elected(Some(deadline));
+        assert!(leadership.may_write());
+        let mut changes = leadership.changes();
+        let changed = tokio::time::timeout(FAR, changes.changed()).await;
+        assert_eq!(changed, Ok(Some(false)));
+        assert!(
+            Instant::now() >= deadline,
+            "reported lost before the deadline"
+        );
+        assert!(!leadership.may_write());
+        // The campaign is still running: a later win may still come, nothing is reported now.
+        let again = tokio::time::timeout(QUIET, changes.changed()).await;
+        assert!(again.is_err(), "reported again: {again:?}");
+        drop(tx);
+    }
+
+    #[tokio::test]
+    async fn winning_and_losing_wake_the_waiter() {
+        let (tx, leadership) = elected(None);
+        assert!(!leadership.may_write());
+        let mut changes = leadership.changes();
+        {
+            let mut changed = pin!(changes.changed());
+            let early = tokio::time::timeout(QUIET, changed.as_mut()).await;
+            assert!(early.is_err(), "woke before any win: {early:?}");
+            tx.send_replace(Some(Instant::now() + FAR));
+            assert_eq!(tokio::time::timeout(FAR, changed).await, Ok(Some(true)));
+        }
+        assert!(leadership.may_write());
+        // Lost to another replica: the campaign publishes no deadline at all.
+        tx.send_replace(None);
+        let lost = tokio::time::timeout(FAR, changes.changed()).await;
+        assert_eq!(lost, Ok(Some(false)));
+        assert!(!leadership.may_write());
+    }
+
+    #[tokio::test]
+    async fn an_ended_campaign_ends_the_changes_once_its_deadline_has_passed() {
+        let deadline = Instant::now() + Duration::from_millis(200);
+        let (tx, leadership) = elected(Some(deadline));
+        let mut changes = leadership.changes();
+        drop(tx);
+        // The last deadline still holds until it passes.
+        assert!(leadership.may_write());
+        let lost = tokio::time::timeout(FAR, changes.changed()).await;
+        assert_eq!(lost, Ok(Some(false)));
+        assert!(
+            Instant::now() >= deadline,
+            "reported lost before the deadline"
+        );
+        assert_eq!(tokio::time::timeout(FAR, changes.changed()).await, Ok(None));
+        assert!(!leadership.may_write());
+    }
+
+    #[tokio::test]
+    async fn without_an_election_writes_are_always_allowed_and_nothing_changes() {
+        let leadership = Leadership::always();
+        assert!(leadership.may_write());
+        let mut changes = leadership.changes();
+        assert_eq!(tokio::time::timeout(FAR, changes.changed()).await, Ok(None));
+        assert!(leadership.may_write());
+    }
+
+    #[tokio::test]
+    async fn a_standby_that_never_leads_never_writes() {
+        let leadership = Leadership::never();
+        assert!(!leadership.may_write());
+        let mut changes = leadership.changes();
+        assert_eq!(tokio::time::timeout(FAR, changes.changed()).await, Ok(None));
+        assert!(!leadership.may_write());
     }
 }
