@@ -40,7 +40,7 @@ use crate::scaling::{
     Bounds, Decision, HoldReason, Input, MetricReading, Pause, Reason, Signal, SkipReason, Step,
     Stored, TargetState, Unreadable, ZeroMemory, effective_startup, law,
 };
-use crate::signals::prometheus::WhenEmpty;
+use crate::signals::read::WhenEmpty;
 use crate::signals::{decision_server, http};
 use crate::telemetry::metrics::SyncResult;
 use crate::telemetry::sync_report::{Decided, Reported, SyncReport};

@@ -12,7 +12,6 @@ use serde::Deserialize;
 use thiserror::Error;
 
 use super::http::{self, HttpError};
-use super::no_series::{self, Diagnosis};
 
 #[derive(Debug, Error)]
 pub enum QueryError {
@@ -30,8 +29,6 @@ pub enum QueryError {
     NoData,
     #[error("the query returned no series (an empty vector)")]
     Empty,
-    #[error("the query returned no series: {0}")]
-    NoSeries(Diagnosis),
     #[error(
         "the query returned {count} series ({first}, {second}, ...) but must return one: aggregate them with avg(...) or sum(...)"
     )]
@@ -55,36 +52,19 @@ pub struct Series {
     pub value: f64,
 }
 
-/// What an answer with no series is worth to the caller.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WhenEmpty {
-    /// A problem to explain: Prometheus is asked which of the query's matchers no series carries
-    /// (a few more queries, on this path only), so the error says what to check.
-    Explain,
-    /// Expected (no pod is Ready, so per-pod series are gone): [`QueryError::Empty`] as it is,
-    /// without asking more of Prometheus at every sync of a fleet at zero.
-    Expected,
-}
-
 /// Runs `query` and returns its single value.
 pub async fn query_value(
     client: &reqwest::Client,
     server: &str,
     headers: &HeaderMap,
     query: &str,
-    when_empty: WhenEmpty,
 ) -> Result<f64, QueryError> {
     let (status, body) = fetch(client, server, headers, query).await?;
-    match single_value(status.as_u16(), &body) {
-        Err(QueryError::Empty) if when_empty == WhenEmpty::Explain => Err(QueryError::NoSeries(
-            no_series::diagnose(client, server, headers, query).await,
-        )),
-        other => other,
-    }
+    single_value(status.as_u16(), &body)
 }
 
 /// Runs `query` and returns every series of its instant vector (for per-pod queries, and the
-/// diagnosis of an empty answer).
+/// probes of `no_series`).
 pub async fn query_vector(
     client: &reqwest::Client,
     server: &str,
@@ -93,24 +73,6 @@ pub async fn query_vector(
 ) -> Result<Vec<Series>, QueryError> {
     let (status, body) = fetch(client, server, headers, query).await?;
     vector(status.as_u16(), &body)
-}
-
-/// [`query_vector`], where an answer with no series is an error ([`WhenEmpty`] says whether it
-/// is explained).
-pub async fn query_series(
-    client: &reqwest::Client,
-    server: &str,
-    headers: &HeaderMap,
-    query: &str,
-    when_empty: WhenEmpty,
-) -> Result<Vec<Series>, QueryError> {
-    match query_vector(client, server, headers, query).await? {
-        series if !series.is_empty() => Ok(series),
-        _ if when_empty == WhenEmpty::Explain => Err(QueryError::NoSeries(
-            no_series::diagnose(client, server, headers, query).await,
-        )),
-        _ => Err(QueryError::Empty),
-    }
 }
 
 async fn fetch(

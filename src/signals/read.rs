@@ -11,9 +11,32 @@ use std::time::{Duration, Instant};
 use reqwest::Url;
 use reqwest::header::HeaderMap;
 
+use thiserror::Error;
+
 use super::decision_server;
 use super::http::Redacted;
-use super::prometheus::{self, Series, WhenEmpty};
+use super::no_series::{self, Diagnosis};
+use super::prometheus::{self, QueryError, Series};
+
+/// What an answer with no series is worth to the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WhenEmpty {
+    /// A problem to explain: Prometheus is asked which of the query's matchers no series carries
+    /// (a few more queries, on this path only), so the error says what to check.
+    Explain,
+    /// Expected (no pod is Ready, so per-pod series are gone): the empty answer as it is,
+    /// without asking more of Prometheus at every sync of a fleet at zero.
+    Expected,
+}
+
+/// Why a PromQL query gave no value.
+#[derive(Debug, Error)]
+pub enum PromqlError {
+    #[error(transparent)]
+    Query(#[from] QueryError),
+    #[error("the query returned no series: {0}")]
+    NoSeries(Diagnosis),
+}
 
 /// A signal server as a sync reaches it: serverAddress, the client for it and the request
 /// headers (credentials among them, so every error it returns is redacted of them).
@@ -36,23 +59,35 @@ pub struct Read<T> {
 impl Server<'_> {
     /// The single value of a PromQL query.
     pub async fn value(&self, query: &str, when_empty: WhenEmpty) -> Read<f64> {
-        let answer =
-            prometheus::query_value(self.client, self.address, self.headers, query, when_empty);
+        let answer = async {
+            match prometheus::query_value(self.client, self.address, self.headers, query).await {
+                Err(QueryError::Empty) if when_empty == WhenEmpty::Explain => {
+                    Err(self.no_series(query).await)
+                }
+                other => Ok(other?),
+            }
+        };
         self.read(answer, |v| v.is_finite()).await
     }
 
     /// Every series of a PromQL query (a per-pod query); an answer with no series is an error
     /// that says which matcher no series carries.
     pub async fn series(&self, query: &str) -> Read<Vec<Series>> {
-        let answer = prometheus::query_series(
-            self.client,
-            self.address,
-            self.headers,
-            query,
-            WhenEmpty::Explain,
-        );
+        let answer = async {
+            match prometheus::query_vector(self.client, self.address, self.headers, query).await? {
+                series if series.is_empty() => Err(self.no_series(query).await),
+                series => Ok(series),
+            }
+        };
         self.read(answer, |series| series.iter().all(|s| s.value.is_finite()))
             .await
+    }
+
+    /// An answer with no series, explained: which matcher of the query no series carries.
+    async fn no_series(&self, query: &str) -> PromqlError {
+        PromqlError::NoSeries(
+            no_series::diagnose(self.client, self.address, self.headers, query).await,
+        )
     }
 
     /// The replica count the decision server at `url` gives `service_id`.
