@@ -9,7 +9,9 @@
 //! a timeline per trace (one seed, 180 s start-up) as SVG beside it.
 //!
 //! Arguments (after `--`): `--quick` (one trace, one delay, 5 seeds), `--seeds N`,
-//! `--traces conversation,step`, `--delays 60,180,300`, `--threads N`,
+//! `--traces azure-code,conversation,step` (by name, from the default roster),
+//! `--log FILE` (a request log of one's own, repeatable; see `sim/src/lab/request_log.rs`),
+//! `--delays 60,180,300`, `--threads N`,
 //! `--only operator,HPA` (those families of the roster only), `--print-timelines`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -18,7 +20,10 @@ mod lab;
 
 use std::time::Instant;
 
+use std::path::PathBuf;
+
 use lab::{Lab, run_lab};
+use llmscaleoperator_sim::lab::traces::Trace;
 use llmscaleoperator_sim::lab::workload::Shape;
 
 fn main() {
@@ -35,23 +40,24 @@ fn main() {
 
 fn parse_args() -> Lab {
     let mut lab = Lab::full();
+    let mut named: Option<String> = None;
+    let mut logs: Vec<Trace> = Vec::new();
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--quick" => {
                 lab.seeds = 5;
-                lab.traces = vec![Shape::Conversation];
+                named = Some("conversation".to_owned());
                 lab.delays = vec![180.0];
             }
             "--seeds" => lab.seeds = it.next().and_then(|v| v.parse().ok()).unwrap(),
             "--threads" => lab.threads = it.next().and_then(|v| v.parse().ok()).unwrap(),
-            "--traces" => {
-                lab.traces = it
-                    .next()
-                    .unwrap()
-                    .split(',')
-                    .map(|n| Shape::parse(n).unwrap_or_else(|| panic!("unknown trace {n}")))
-                    .collect();
+            "--traces" => named = Some(it.next().unwrap()),
+            "--log" => {
+                let path = PathBuf::from(it.next().unwrap());
+                let trace = Trace::log(&path, None)
+                    .unwrap_or_else(|e| panic!("{}", llmscaleoperator::error_chain::Chain(&e)));
+                logs.push(trace);
             }
             "--delays" => {
                 lab.delays = it
@@ -69,5 +75,21 @@ fn parse_args() -> Lab {
             _ => {}
         }
     }
+    // A log of one's own is the trace (with the named ones beside it, if any); `--traces`
+    // alone picks from the default roster by name.
+    let roster = std::mem::take(&mut lab.traces);
+    let mut traces = logs;
+    if let Some(named) = named {
+        for name in named.split(',') {
+            let trace = roster
+                .iter()
+                .find(|t| t.name() == name)
+                .cloned()
+                .or_else(|| Shape::parse(name).map(Trace::Synthetic))
+                .unwrap_or_else(|| panic!("unknown trace {name}"));
+            traces.push(trace);
+        }
+    }
+    lab.traces = if traces.is_empty() { roster } else { traces };
     lab
 }

@@ -11,7 +11,16 @@ mod lab;
 use lab::{Lab, Operator, run_lab};
 use llmscaleoperator_sim::lab::metrics::Scrapes;
 use llmscaleoperator_sim::lab::policy::{Bounds, PodState, Policy, View};
+use llmscaleoperator_sim::lab::traces::{AZURE_DIR, Trace};
 use llmscaleoperator_sim::lab::workload::Shape;
+
+/// The real code log beside the project, as `make lab` replays it by default.
+fn code_log() -> Trace {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(AZURE_DIR)
+        .join("AzureLLMInferenceTrace_code.csv");
+    Trace::log(&path, Some("azure-code")).unwrap()
+}
 use serde_json::json;
 
 #[test]
@@ -19,7 +28,11 @@ fn the_lab_runs_every_policy_and_writes_its_report() {
     let out = std::env::temp_dir().join(format!("lab-smoke-{}", std::process::id()));
     let lab = Lab {
         seeds: 2,
-        traces: vec![Shape::Step, Shape::Idle],
+        traces: vec![
+            code_log(),
+            Trace::Synthetic(Shape::Step),
+            Trace::Synthetic(Shape::Idle),
+        ],
         delays: vec![60.0],
         duration: Some(1800.0),
         out: out.clone(),
@@ -70,9 +83,17 @@ fn the_lab_runs_every_policy_and_writes_its_report() {
         "{md}"
     );
     assert!(
-        md.contains("| step | 60 s |") && md.contains("| idle | 60 s |"),
+        md.contains("| step | 60 s |")
+            && md.contains("| idle | 60 s |")
+            && md.contains("| azure-code | 60 s |"),
         "{md}"
     );
+    // The log's replay is stated: its size, the fleet it is scaled to, what was clipped.
+    assert!(
+        md.contains("Real request logs: azure-code (8819 requests over"),
+        "{md}"
+    );
+    assert!(md.contains("requests clipped to a pod's KV cache"), "{md}");
     // Paired intervals against every peer, and the recovery after the step.
     assert!(
         md.contains("| HPA (defaults) |") && md.contains("| WVA (defaults) |"),

@@ -26,7 +26,8 @@ use llmscaleoperator_sim::lab::report::{
     Runs, best_of, miss_percent, paired_difference, replica_hours, summarize, verdict,
 };
 use llmscaleoperator_sim::lab::run::{FleetSetup, Outcome, run};
-use llmscaleoperator_sim::lab::workload::{Request, Shape, generate};
+use llmscaleoperator_sim::lab::traces::Trace;
+use llmscaleoperator_sim::lab::workload::{Request, Shape};
 pub use operator::{Operator, TARGET};
 use serde_json::json;
 
@@ -276,12 +277,14 @@ fn roster(
 /// The seed whose timelines are drawn (at the middle start-up delay of the lab).
 const TIMELINE_SEED: u64 = 0;
 
-type CellKey = (Shape, u64);
+type CellKey = (Trace, u64);
 
 /// What to run and where to write the report.
 pub struct Lab {
     pub seeds: u64,
-    pub traces: Vec<Shape>,
+    pub traces: Vec<Trace>,
+    /// What the report should say about the roster (a default log that could not be read).
+    pub notes: Vec<String>,
     pub delays: Vec<f64>,
     pub threads: usize,
     /// Seconds of each trace to replay (`None`: the whole trace).
@@ -294,11 +297,28 @@ pub struct Lab {
 }
 
 impl Lab {
-    /// Every trace, every start-up delay, 20 seeds, every core; the report in target/bench/lab.
+    /// Every trace (the real Azure logs beside the project, when they are there, and every
+    /// synthetic shape), every start-up delay, 20 seeds, every core; the report in
+    /// target/bench/lab.
     pub fn full() -> Self {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut traces = Vec::new();
+        let mut notes = Vec::new();
+        for log in Trace::azure(repo) {
+            match log {
+                Ok(trace) => traces.push(trace),
+                Err(error) => notes.push(format!(
+                    "Not replayed: {} (the Azure LLM inference trace 2023 is public: put its two CSV files in {}, or replay any log with `--log FILE`).",
+                    llmscaleoperator::error_chain::Chain(&error),
+                    llmscaleoperator_sim::lab::traces::AZURE_DIR
+                )),
+            }
+        }
+        traces.extend(Shape::ALL.map(Trace::Synthetic));
         Self {
             seeds: 20,
-            traces: Shape::ALL.to_vec(),
+            traces,
+            notes,
             delays: vec![60.0, 180.0, 300.0],
             threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
             duration: None,
@@ -317,20 +337,21 @@ pub fn run_lab(lab: &Lab) -> String {
         profile,
         ..FleetSetup::default()
     };
-    let capacities: BTreeMap<Shape, f64> = lab
+    let capacities: Vec<f64> = lab
         .traces
         .iter()
-        .map(|s| (*s, per_pod_capacity(*s, profile, setup.slo_ttft)))
+        .map(|t| per_pod_capacity(t, profile, setup.slo_ttft))
         .collect();
-    let units: Vec<(Shape, f64, u64)> = lab
-        .traces
-        .iter()
-        .flat_map(|s| {
+    // (trace index, delay, seed)
+    let units: Vec<(usize, f64, u64)> = (0..lab.traces.len())
+        .flat_map(|t| {
             lab.delays
                 .iter()
-                .flat_map(move |d| (0..lab.seeds).map(move |seed| (*s, *d, seed)))
+                .flat_map(move |d| (0..lab.seeds).map(move |seed| (t, *d, seed)))
         })
         .collect();
+    // Per trace: requests replayed and clipped to fit a pod, over every seed and delay.
+    let clipped: Mutex<BTreeMap<usize, (usize, usize)>> = Mutex::new(BTreeMap::new());
     // (trace, delay) -> label -> (family, default, outcome per seed)
     type Cells = BTreeMap<CellKey, BTreeMap<String, (String, bool, Vec<(u64, Outcome)>)>>;
     let cells: Mutex<Cells> = Mutex::new(BTreeMap::new());
@@ -340,12 +361,20 @@ pub fn run_lab(lab: &Lab) -> String {
             scope.spawn(|| {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&(shape, delay, seed)) = units.get(i) else {
+                    let Some(&(t, delay, seed)) = units.get(i) else {
                         return;
                     };
-                    let results = run_unit(lab, shape, delay, seed, &setup, capacities[&shape]);
+                    let trace = &lab.traces[t];
+                    let (results, replayed, cut) =
+                        run_unit(lab, trace, delay, seed, &setup, capacities[t]);
+                    {
+                        let mut clipped = clipped.lock().unwrap();
+                        let seen = clipped.entry(t).or_default();
+                        seen.0 += replayed;
+                        seen.1 += cut;
+                    }
                     let mut cells = cells.lock().unwrap();
-                    let cell = cells.entry((shape, delay as u64)).or_default();
+                    let cell = cells.entry((trace.clone(), delay as u64)).or_default();
                     for (label, family, default, outcome) in results {
                         cell.entry(label)
                             .or_insert_with(|| (family, default, Vec::new()))
@@ -371,16 +400,45 @@ pub fn run_lab(lab: &Lab) -> String {
         "Pod: {profile}. TTFT SLO {} s; misses count late, lost and censored requests. \
          Per-pod capacity used by the oracle (requests/s): {}.\n",
         setup.slo_ttft,
-        capacities
+        lab.traces
             .iter()
-            .map(|(s, c)| format!("{} {c:.2}", s.name()))
+            .zip(&capacities)
+            .map(|(t, c)| format!("{} {c:.2}", t.name()))
             .collect::<Vec<_>>()
             .join(", ")
     );
+    let clipped = clipped.into_inner().unwrap();
+    let logs: Vec<String> = lab
+        .traces
+        .iter()
+        .enumerate()
+        .filter_map(|(t, trace)| match trace {
+            Trace::Log(log) => {
+                let (replayed, cut) = clipped.get(&t).copied().unwrap_or_default();
+                Some(format!(
+                    "{} ({} requests over {:.0} s, {:.2}/s; replayed at a mean fleet of {} pods, \
+                     {:.1}× its rate; {cut} of {replayed} requests clipped to a pod's KV cache)",
+                    log.name,
+                    log.requests.len(),
+                    log.span,
+                    log.rate(),
+                    llmscaleoperator_sim::lab::traces::LOG_FLEET,
+                    llmscaleoperator_sim::lab::traces::LOG_FLEET * capacities[t] / log.rate(),
+                ))
+            }
+            Trace::Synthetic(_) => None,
+        })
+        .collect();
+    if !logs.is_empty() {
+        let _ = writeln!(md, "Real request logs: {}.\n", logs.join("; "));
+    }
+    for note in &lab.notes {
+        let _ = writeln!(md, "{note}\n");
+    }
     let timeline_delay = timeline_delay(lab);
-    let mut timelines: BTreeMap<Shape, Vec<Timeline>> = BTreeMap::new();
+    let mut timelines: BTreeMap<Trace, Vec<Timeline>> = BTreeMap::new();
     let mut grouped: BTreeMap<CellKey, Vec<Runs>> = BTreeMap::new();
-    for ((shape, delay), by_label) in &cells {
+    for ((trace, delay), by_label) in &cells {
         let runs: Vec<Runs> = by_label
             .iter()
             .map(|(label, (family, default, outcomes))| {
@@ -390,7 +448,7 @@ pub fn run_lab(lab: &Lab) -> String {
                     && *default
                     && let Some((_, o)) = outcomes.iter().find(|(s, _)| *s == TIMELINE_SEED)
                 {
-                    timelines.entry(*shape).or_default().push(Timeline {
+                    timelines.entry(trace.clone()).or_default().push(Timeline {
                         label: label.clone(),
                         family: family.clone(),
                         moments: o.timeline.clone(),
@@ -404,12 +462,12 @@ pub fn run_lab(lab: &Lab) -> String {
                 }
             })
             .collect();
-        grouped.insert((*shape, *delay), runs);
+        grouped.insert((trace.clone(), *delay), runs);
     }
     md.push_str(&render_summary(&grouped));
     md.push_str(&render_verdicts(&grouped));
-    for ((shape, delay), runs) in &grouped {
-        render_cell(&mut md, dir, *shape, *delay, runs);
+    for ((trace, delay), runs) in &grouped {
+        render_cell(&mut md, dir, trace, *delay, runs);
     }
     for (shape, lines) in &timelines {
         let file = format!("timeline-{}.svg", shape.name());
@@ -459,16 +517,22 @@ fn timeline_delay(lab: &Lab) -> f64 {
     lab.delays.get(lab.delays.len() / 2).copied().unwrap_or(0.0)
 }
 
-/// Runs every policy of the roster on one seed's workload.
+/// Each policy's (label, family, whether at its defaults, outcome); the requests replayed; how
+/// many of them were clipped to fit a pod.
+type UnitResult = (Vec<(String, String, bool, Outcome)>, usize, usize);
+
+/// Runs every policy of the roster on one seed's workload; with the requests replayed and how
+/// many of them were clipped to fit a pod.
 fn run_unit(
     lab: &Lab,
-    shape: Shape,
+    shape: &Trace,
     delay: f64,
     seed: u64,
     setup: &FleetSetup,
     capacity: f64,
-) -> Vec<(String, String, bool, Outcome)> {
-    let requests = generate(shape, seed);
+) -> UnitResult {
+    let (requests, clipped) = shape.requests(seed, capacity, &setup.profile);
+    let replayed = requests.len();
     let bounds = Bounds {
         min: u32::from(!shape.scales_to_zero()),
         max: 64,
@@ -493,7 +557,7 @@ fn run_unit(
         entrants.len(),
         "every setting needs its own label"
     );
-    entrants
+    let results = entrants
         .into_iter()
         .map(|mut e| {
             let timeline = seed == TIMELINE_SEED && delay == timeline_delay && e.default;
@@ -513,7 +577,8 @@ fn run_unit(
             );
             (e.label(), e.family.to_owned(), e.default, outcome)
         })
-        .collect()
+        .collect();
+    (results, replayed, clipped)
 }
 
 fn fmt_seconds(v: f64) -> String {
@@ -538,7 +603,7 @@ fn fmt_interval(i: Option<llmscaleoperator_sim::lab::report::Interval>) -> Strin
 }
 
 /// One (trace, start-up delay): the full table, the paired comparison and the Pareto plot.
-fn render_cell(md: &mut String, dir: &Path, shape: Shape, delay: u64, runs: &[Runs]) {
+fn render_cell(md: &mut String, dir: &Path, shape: &Trace, delay: u64, runs: &[Runs]) {
     let oracle_hours = runs
         .iter()
         .find(|r| r.family == "oracle" && r.default)
@@ -654,7 +719,7 @@ const SUMMARY_VARIANTS: [&str; 2] = [
 fn render_summary(grouped: &BTreeMap<CellKey, Vec<Runs>>) -> String {
     let mut md = String::new();
     let delays: std::collections::BTreeSet<u64> = grouped.keys().map(|(_, d)| *d).collect();
-    let traces: std::collections::BTreeSet<Shape> = grouped.keys().map(|(s, _)| *s).collect();
+    let traces: std::collections::BTreeSet<&Trace> = grouped.keys().map(|(s, _)| s).collect();
     for delay in delays {
         let _ = writeln!(
             md,
@@ -685,7 +750,7 @@ fn render_summary(grouped: &BTreeMap<CellKey, Vec<Runs>>) -> String {
         for (_, label) in labels {
             let _ = write!(md, "| {label} |");
             for t in &traces {
-                let cell = grouped.get(&(*t, delay)).and_then(|runs| {
+                let cell = grouped.get(&((*t).clone(), delay)).and_then(|runs| {
                     let oracle = runs.iter().find(|r| r.family == "oracle" && r.default)?;
                     let run = runs.iter().find(|r| r.label == label)?;
                     let (s, o) = (summarize(&run.outcomes), summarize(&oracle.outcomes));

@@ -9,5 +9,7 @@ pub mod oracle;
 pub mod peers;
 pub mod policy;
 pub mod report;
+pub mod request_log;
 pub mod run;
+pub mod traces;
 pub mod workload;

@@ -8,7 +8,8 @@
 use crate::lab::engine::PodProfile;
 use crate::lab::policy::{Bounds, Policy, Victims, View};
 use crate::lab::run::{FleetSetup, run};
-use crate::lab::workload::{Request, Shape, generate_at_rate};
+use crate::lab::traces::Trace;
+use crate::lab::workload::Request;
 
 pub struct Oracle {
     arrivals: Vec<f64>,
@@ -87,10 +88,10 @@ impl Policy for Fixed {
     }
 }
 
-/// Requests per second one pod serves within the SLO, for the request mix of `shape`: the
+/// Requests per second one pod serves within the SLO, for the request mix of `trace`: the
 /// highest rate at which four warm pods miss at most one request in a hundred more than they do
 /// when nearly idle (some prompts are too long to prefill within the SLO on any pod), over four.
-pub fn per_pod_capacity(shape: Shape, profile: PodProfile, slo_ttft: f64) -> f64 {
+pub fn per_pod_capacity(trace: &Trace, profile: PodProfile, slo_ttft: f64) -> f64 {
     const PODS: u32 = 4;
     const SECONDS: f64 = 900.0;
     let setup = FleetSetup {
@@ -100,7 +101,7 @@ pub fn per_pod_capacity(shape: Shape, profile: PodProfile, slo_ttft: f64) -> f64
         ..FleetSetup::default()
     };
     let misses = |rate: f64| {
-        let requests = generate_at_rate(shape, 1, rate, SECONDS);
+        let requests = trace.at_rate(1, rate, SECONDS, &profile);
         run(&requests, SECONDS, None, &mut Fixed(PODS), &setup, 1).miss_rate()
     };
     let floor = misses(0.2);
@@ -127,7 +128,8 @@ mod tests {
 
     #[test]
     fn one_pod_serves_a_few_conversation_requests_a_second() {
-        let c = per_pod_capacity(Shape::Conversation, PodProfile::default(), 2.0);
+        let conversation = Trace::Synthetic(crate::lab::workload::Shape::Conversation);
+        let c = per_pod_capacity(&conversation, PodProfile::default(), 2.0);
         assert!(c > 0.5 && c < 10.0, "{c}");
     }
 }
