@@ -340,7 +340,7 @@ pub fn run_lab(lab: &Lab) -> String {
     let capacities: Vec<f64> = lab
         .traces
         .iter()
-        .map(|t| per_pod_capacity(t, profile, setup.slo_ttft))
+        .map(|t| per_pod_capacity(t, &setup))
         .collect();
     // (trace index, delay, seed)
     let units: Vec<(usize, f64, u64)> = (0..lab.traces.len())
@@ -397,9 +397,11 @@ pub fn run_lab(lab: &Lab) -> String {
     );
     let _ = writeln!(
         md,
-        "Pod: {profile}. TTFT SLO {} s; misses count late, lost and censored requests. \
-         Per-pod capacity used by the oracle (requests/s): {}.\n",
+        "Pod: {profile}. SLO (goodput): TTFT ≤ {} s and TPOT ≤ {} s; misses count late first \
+         tokens, slow streams, lost and censored requests. Per-pod capacity used by the oracle \
+         (requests/s): {}.\n",
         setup.slo_ttft,
+        setup.slo_tpot,
         lab.traces
             .iter()
             .zip(&capacities)

@@ -5,7 +5,6 @@
 //! and a pod added now serves nobody before then. No real autoscaler can know this; the gap
 //! between a policy and the oracle is what better control could still win.
 
-use crate::lab::engine::PodProfile;
 use crate::lab::policy::{Bounds, Policy, Victims, View};
 use crate::lab::run::{FleetSetup, run};
 use crate::lab::traces::Trace;
@@ -91,17 +90,16 @@ impl Policy for Fixed {
 /// Requests per second one pod serves within the SLO, for the request mix of `trace`: the
 /// highest rate at which four warm pods miss at most one request in a hundred more than they do
 /// when nearly idle (some prompts are too long to prefill within the SLO on any pod), over four.
-pub fn per_pod_capacity(trace: &Trace, profile: PodProfile, slo_ttft: f64) -> f64 {
+pub fn per_pod_capacity(trace: &Trace, fleet: &FleetSetup) -> f64 {
     const PODS: u32 = 4;
     const SECONDS: f64 = 900.0;
     let setup = FleetSetup {
-        profile,
-        slo_ttft,
         initial_pods: PODS,
-        ..FleetSetup::default()
+        timeline_every: 0.0,
+        ..*fleet
     };
     let misses = |rate: f64| {
-        let requests = trace.at_rate(1, rate, SECONDS, &profile);
+        let requests = trace.at_rate(1, rate, SECONDS, &setup.profile);
         run(&requests, SECONDS, None, &mut Fixed(PODS), &setup, 1).miss_rate()
     };
     let floor = misses(0.2);
@@ -129,7 +127,7 @@ mod tests {
     #[test]
     fn one_pod_serves_a_few_conversation_requests_a_second() {
         let conversation = Trace::Synthetic(crate::lab::workload::Shape::Conversation);
-        let c = per_pod_capacity(&conversation, PodProfile::default(), 2.0);
+        let c = per_pod_capacity(&conversation, &FleetSetup::default());
         assert!(c > 0.5 && c < 10.0, "{c}");
     }
 }

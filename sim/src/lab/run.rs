@@ -28,6 +28,9 @@ pub struct FleetSetup {
     pub drain: f64,
     /// A first token later than this is a miss.
     pub slo_ttft: f64,
+    /// A stream slower than this per output token, after its first, is a miss too (goodput:
+    /// MLPerf's server scenario for Llama-3.1-8B asks TTFT ≤ 2 s and TPOT ≤ 100 ms).
+    pub slo_tpot: f64,
     /// Simulation step, seconds.
     pub tick: f64,
     /// Pods Ready at the start of the run (every policy starts from the same fleet).
@@ -44,6 +47,7 @@ impl Default for FleetSetup {
             startup_jitter: 0.2,
             drain: 30.0,
             slo_ttft: 2.0,
+            slo_tpot: 0.1,
             tick: 0.25,
             initial_pods: 1,
             timeline_every: 0.0,
@@ -76,8 +80,11 @@ pub struct Outcome {
     pub in_flight: u64,
     /// Requests judged: arrived, less those still within the SLO when the run ended.
     pub judged: u64,
-    /// First token within the SLO and never lost.
+    /// First token within the TTFT SLO, every later token within the TPOT SLO (as far as the
+    /// run saw the stream), and never lost.
     pub met: u64,
+    /// Judged requests whose first token was in time but whose stream was too slow.
+    pub slow_streams: u64,
     pub lost: u64,
     /// Still without a first token at the end, already past the SLO.
     pub censored: u64,
@@ -160,6 +167,7 @@ pub fn run(
         scrapes: Scrapes::new(),
         scrape_interval: policy.scrape_interval().max(setup.tick),
         verdicts: vec![Verdict::Open; requests.len()],
+        stream_tpot: vec![None; requests.len()],
         tpots: Vec::new(),
         outcome: Outcome::default(),
     };
@@ -260,6 +268,8 @@ struct Sim {
     scrapes: Scrapes,
     scrape_interval: f64,
     verdicts: Vec<Verdict>,
+    /// Each finished request's time per output token.
+    stream_tpot: Vec<Option<f64>>,
     tpots: Vec<f64>,
     outcome: Outcome,
 }
@@ -331,10 +341,13 @@ impl Sim {
                         *v = Verdict::FirstToken(at);
                     }
                 }
-                Event::Finished { tpot, .. } => {
+                Event::Finished { request, tpot, .. } => {
                     self.outcome.finished += 1;
                     if let Some(tpot) = tpot {
                         self.tpots.push(tpot);
+                        if let Some(slot) = self.stream_tpot.get_mut(request) {
+                            *slot = Some(tpot);
+                        }
                     }
                 }
             }
@@ -455,7 +468,8 @@ impl Sim {
         let slo = self.setup.slo_ttft;
         let mut ttfts: Vec<f64> = Vec::with_capacity(requests.len());
         let mut last_miss_after_step: Option<f64> = None;
-        for (request, verdict) in requests.iter().zip(&self.verdicts) {
+        for ((request, verdict), tpot) in requests.iter().zip(&self.verdicts).zip(&self.stream_tpot)
+        {
             if request.at >= end {
                 break;
             }
@@ -470,7 +484,10 @@ impl Sim {
                 Verdict::Open => continue,
             };
             self.outcome.judged += 1;
-            if ttft <= slo {
+            // A stream still running at the end is judged on what was seen: its first token.
+            let slow = ttft <= slo && tpot.is_some_and(|t| t > self.setup.slo_tpot);
+            self.outcome.slow_streams += u64::from(slow);
+            if ttft <= slo && !slow {
                 self.outcome.met += 1;
             } else if let Some(step) = step_at
                 && request.at >= step
@@ -566,6 +583,38 @@ mod tests {
                 assert!(o.lost > 0, "pods removed at once lose what they hold");
             }
         }
+    }
+
+    /// Attainment is goodput: a first token in time is not enough when the stream after it is
+    /// slower than the TPOT objective.
+    #[test]
+    fn a_slow_stream_misses_even_with_its_first_token_in_time() {
+        // Light load on plenty of pods: first tokens come at once, and each step (a token of
+        // every running stream) takes 150 ms.
+        let requests = generate_at_rate(Shape::Conversation, 1, 1.0, 600.0);
+        let slow = PodProfile {
+            step_base: 0.15,
+            ..PodProfile::default()
+        };
+        let judge = |slo_tpot: f64| {
+            let setup = FleetSetup {
+                profile: slow,
+                slo_tpot,
+                ..setup(8)
+            };
+            run(&requests, 600.0, None, &mut Fixed(8), &setup, 1)
+        };
+        let strict = judge(0.1);
+        let lenient = judge(1.0);
+        assert!(lenient.miss_rate() < 0.01, "{lenient:?}");
+        assert_eq!(lenient.slow_streams, 0);
+        // Every stream of more than one token is too slow at 100 ms.
+        assert!(
+            strict.slow_streams > 0 && strict.miss_rate() > 0.5,
+            "{strict:?}"
+        );
+        assert_eq!(strict.judged, lenient.judged);
+        assert_eq!(strict.met + strict.slow_streams, lenient.met);
     }
 
     /// Grows the fleet at its first decision and records what it is shown.
