@@ -94,6 +94,34 @@ fn the_lab_runs_every_policy_and_writes_its_report() {
         "{md}"
     );
     assert!(md.contains("requests clipped to a pod's KV cache"), "{md}");
+    // Every cell states its cost bound, and the oracle spends more than it.
+    assert_eq!(md.matches("Cost bound: ").count(), 3, "{md}");
+    let oracle_over_bound: f64 = md
+        .lines()
+        .find(|l| l.starts_with("| **oracle (knows the future) | "))
+        .and_then(|l| l.split('|').nth(7))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(oracle_over_bound >= 1.0, "{oracle_over_bound}");
+    // The machine-readable result: a row per (trace, delay, setting, seed).
+    let csv = std::fs::read_to_string(out.join(lab::RESULTS_CSV)).unwrap();
+    let rows: Vec<&str> = csv.lines().skip(1).collect();
+    let settings = md
+        .lines()
+        .filter(|l| l.starts_with("| ") && l.contains("% | ") && l.matches('|').count() > 10)
+        .count();
+    assert_eq!(
+        rows.len(),
+        settings * 2,
+        "two seeds of every setting of every cell"
+    );
+    assert!(
+        rows.iter()
+            .any(|r| r.starts_with("azure-code,60,operator,llmscaleoperator,true,1,")),
+        "{csv}"
+    );
     // Paired intervals against every peer, and the recovery after the step.
     assert!(
         md.contains("| HPA (defaults) |") && md.contains("| WVA (defaults) |"),

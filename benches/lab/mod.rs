@@ -16,7 +16,7 @@ mod operator;
 
 use llmscaleoperator_sim::lab::chart::{self, ParetoPoint, Timeline};
 use llmscaleoperator_sim::lab::engine::PodProfile;
-use llmscaleoperator_sim::lab::oracle::{Oracle, per_pod_capacity};
+use llmscaleoperator_sim::lab::oracle::{Oracle, cost_bound, per_pod_capacity};
 use llmscaleoperator_sim::lab::peers::{
     AibrixApa, AibrixConfig, AibrixKpa, Hpa, HpaConfig, Keda, KedaConfig, Knative, KnativeConfig,
     Tolerances, Wva, WvaConfig,
@@ -25,6 +25,7 @@ use llmscaleoperator_sim::lab::policy::{Bounds, Policy};
 use llmscaleoperator_sim::lab::report::{
     Runs, best_of, miss_percent, paired_difference, replica_hours, summarize, verdict,
 };
+use llmscaleoperator_sim::lab::results_csv;
 use llmscaleoperator_sim::lab::run::{FleetSetup, Outcome, run};
 use llmscaleoperator_sim::lab::traces::Trace;
 use llmscaleoperator_sim::lab::workload::{Request, Shape};
@@ -352,6 +353,8 @@ pub fn run_lab(lab: &Lab) -> String {
         .collect();
     // Per trace: requests replayed and clipped to fit a pod, over every seed and delay.
     let clipped: Mutex<BTreeMap<usize, (usize, usize)>> = Mutex::new(BTreeMap::new());
+    // Per cell: the cost bound of each seed's workload.
+    let cost_bounds: Mutex<BTreeMap<CellKey, BTreeMap<u64, f64>>> = Mutex::new(BTreeMap::new());
     // (trace, delay) -> label -> (family, default, outcome per seed)
     type Cells = BTreeMap<CellKey, BTreeMap<String, (String, bool, Vec<(u64, Outcome)>)>>;
     let cells: Mutex<Cells> = Mutex::new(BTreeMap::new());
@@ -365,17 +368,22 @@ pub fn run_lab(lab: &Lab) -> String {
                         return;
                     };
                     let trace = &lab.traces[t];
-                    let (results, replayed, cut) =
-                        run_unit(lab, trace, delay, seed, &setup, capacities[t]);
+                    let unit = run_unit(lab, trace, delay, seed, &setup, capacities[t]);
                     {
                         let mut clipped = clipped.lock().unwrap();
                         let seen = clipped.entry(t).or_default();
-                        seen.0 += replayed;
-                        seen.1 += cut;
+                        seen.0 += unit.replayed;
+                        seen.1 += unit.clipped;
                     }
+                    cost_bounds
+                        .lock()
+                        .unwrap()
+                        .entry((trace.clone(), delay as u64))
+                        .or_default()
+                        .insert(seed, unit.bound);
                     let mut cells = cells.lock().unwrap();
                     let cell = cells.entry((trace.clone(), delay as u64)).or_default();
-                    for (label, family, default, outcome) in results {
+                    for (label, family, default, outcome) in unit.results {
                         cell.entry(label)
                             .or_insert_with(|| (family, default, Vec::new()))
                             .2
@@ -468,8 +476,12 @@ pub fn run_lab(lab: &Lab) -> String {
     }
     md.push_str(&render_summary(&grouped));
     md.push_str(&render_verdicts(&grouped));
-    for ((trace, delay), runs) in &grouped {
-        render_cell(&mut md, dir, trace, *delay, runs);
+    let cost_bounds = cost_bounds.into_inner().unwrap();
+    for (key, runs) in &grouped {
+        let bound = cost_bounds.get(key).map_or(f64::NAN, |b| {
+            b.values().sum::<f64>() / b.len().max(1) as f64
+        });
+        render_cell(&mut md, dir, &key.0, key.1, runs, bound);
     }
     for (shape, lines) in &timelines {
         let file = format!("timeline-{}.svg", shape.name());
@@ -510,18 +522,56 @@ pub fn run_lab(lab: &Lab) -> String {
             }
         }
     }
+    let rows = cells.iter().flat_map(|((trace, delay), by_label)| {
+        let bounds = cost_bounds.get(&(trace.clone(), *delay));
+        by_label
+            .iter()
+            .flat_map(move |(label, (family, default, outcomes))| {
+                outcomes
+                    .iter()
+                    .map(move |(seed, outcome)| results_csv::Row {
+                        trace: trace.name(),
+                        startup: *delay,
+                        family,
+                        setting: label,
+                        defaults: *default,
+                        seed: *seed,
+                        outcome,
+                        bound: bounds
+                            .and_then(|b| b.get(seed))
+                            .copied()
+                            .unwrap_or(f64::NAN),
+                    })
+            })
+    });
+    let csv = std::fs::File::create(dir.join(RESULTS_CSV)).unwrap();
+    results_csv::write(std::io::BufWriter::new(csv), rows).unwrap();
+    let _ = writeln!(
+        md,
+        "Every run, one row per (trace, start-up, setting, seed): [{RESULTS_CSV}]({RESULTS_CSV}).\n"
+    );
     std::fs::write(dir.join("README.md"), &md).unwrap();
     md
 }
+
+/// The machine-readable result beside the report.
+pub const RESULTS_CSV: &str = "results.csv";
 
 /// The start-up delay whose timelines are drawn: the middle one of the lab's.
 fn timeline_delay(lab: &Lab) -> f64 {
     lab.delays.get(lab.delays.len() / 2).copied().unwrap_or(0.0)
 }
 
-/// Each policy's (label, family, whether at its defaults, outcome); the requests replayed; how
-/// many of them were clipped to fit a pod.
-type UnitResult = (Vec<(String, String, bool, Outcome)>, usize, usize);
+/// One seed's workload under every policy of the roster.
+struct Unit {
+    /// Each policy's (label, family, whether at its defaults, outcome).
+    results: Vec<(String, String, bool, Outcome)>,
+    /// Requests replayed, and how many of them were clipped to fit a pod.
+    replayed: usize,
+    clipped: usize,
+    /// The replica-hours below which no policy attains the SLO on this workload.
+    bound: f64,
+}
 
 /// Runs every policy of the roster on one seed's workload; with the requests replayed and how
 /// many of them were clipped to fit a pod.
@@ -532,7 +582,7 @@ fn run_unit(
     seed: u64,
     setup: &FleetSetup,
     capacity: f64,
-) -> UnitResult {
+) -> Unit {
     let (requests, clipped) = shape.requests(seed, capacity, &setup.profile);
     let replayed = requests.len();
     let bounds = Bounds {
@@ -580,7 +630,12 @@ fn run_unit(
             (e.label(), e.family.to_owned(), e.default, outcome)
         })
         .collect();
-    (results, replayed, clipped)
+    Unit {
+        results,
+        replayed,
+        clipped,
+        bound: cost_bound(&requests, duration, capacity, bounds.min),
+    }
 }
 
 fn fmt_seconds(v: f64) -> String {
@@ -605,7 +660,7 @@ fn fmt_interval(i: Option<llmscaleoperator_sim::lab::report::Interval>) -> Strin
 }
 
 /// One (trace, start-up delay): the full table, the paired comparison and the Pareto plot.
-fn render_cell(md: &mut String, dir: &Path, shape: &Trace, delay: u64, runs: &[Runs]) {
+fn render_cell(md: &mut String, dir: &Path, shape: &Trace, delay: u64, runs: &[Runs], bound: f64) {
     let oracle_hours = runs
         .iter()
         .find(|r| r.family == "oracle" && r.default)
@@ -613,11 +668,17 @@ fn render_cell(md: &mut String, dir: &Path, shape: &Trace, delay: u64, runs: &[R
     let _ = writeln!(md, "## {}, {delay} s start-up\n", shape.name());
     let _ = writeln!(
         md,
-        "| policy | SLO attained | TTFT p50 / p95 / p99 (s) | TPOT p95 (s) | replica-h | × oracle | actions | oscillations | wasted cold starts | warm evictions | lost | recovery (s) |"
+        "Cost bound: {bound:.1} replica-h, what a fleet that knew every arrival and started pods \
+         at once would spend, sized minute by minute; `× bound` is a policy's replica-hours over \
+         it.\n"
     );
     let _ = writeln!(
         md,
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        "| policy | SLO attained | TTFT p50 / p95 / p99 (s) | TPOT p95 (s) | replica-h | × oracle | × bound | actions | oscillations | wasted cold starts | warm evictions | lost | recovery (s) |"
+    );
+    let _ = writeln!(
+        md,
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
     let mut sorted: Vec<&Runs> = runs.iter().collect();
     sorted.sort_by(|a, b| {
@@ -630,7 +691,7 @@ fn render_cell(md: &mut String, dir: &Path, shape: &Trace, delay: u64, runs: &[R
         let s = summarize(&r.outcomes);
         let _ = writeln!(
             md,
-            "| {}{} | {:.2}% | {} / {} / {} | {:.3} | {:.1} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} |",
+            "| {}{} | {:.2}% | {} / {} / {} | {:.3} | {:.1} | {:.2} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} |",
             if r.default { "**" } else { "" },
             r.label,
             100.0 * s.attainment,
@@ -640,6 +701,7 @@ fn render_cell(md: &mut String, dir: &Path, shape: &Trace, delay: u64, runs: &[R
             s.tpot_p95,
             s.replica_hours,
             s.replica_hours / oracle_hours,
+            s.replica_hours / bound,
             s.scale_actions,
             s.oscillations,
             s.wasted_cold_starts,

@@ -10,6 +10,7 @@ pub mod peers;
 pub mod policy;
 pub mod report;
 pub mod request_log;
+pub mod results_csv;
 pub mod run;
 pub mod traces;
 pub mod workload;

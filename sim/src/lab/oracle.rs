@@ -70,6 +70,34 @@ impl Policy for Oracle {
     }
 }
 
+/// The replica-hours below which no policy could attain the SLO on `requests`: a fleet that
+/// knows every arrival and whose pods start at once, sized minute by minute for that minute's
+/// arrivals at `per_pod` requests/s each (and never below `min` pods). A policy's replica-hours
+/// over this are what it spent on waiting for pods, headroom and mistakes.
+pub fn cost_bound(requests: &[Request], duration: f64, per_pod: f64, min: u32) -> f64 {
+    if duration <= 0.0 {
+        return 0.0;
+    }
+    let minutes = (duration / MINUTE).ceil() as usize;
+    let mut arrivals = vec![0_u64; minutes];
+    for r in requests.iter().filter(|r| (0.0..duration).contains(&r.at)) {
+        if let Some(count) = arrivals.get_mut((r.at / MINUTE) as usize) {
+            *count += 1;
+        }
+    }
+    let per_pod = per_pod.max(1e-6);
+    let pod_seconds: f64 = arrivals
+        .iter()
+        .enumerate()
+        .map(|(i, &count)| {
+            let length = (duration - MINUTE * i as f64).min(MINUTE);
+            let pods = (count as f64 / length / per_pod).ceil().max(f64::from(min));
+            pods * length
+        })
+        .sum();
+    pod_seconds / 3600.0
+}
+
 /// A fleet held at a fixed size (for calibration and tests).
 pub struct Fixed(pub u32);
 
@@ -123,6 +151,39 @@ pub fn per_pod_capacity(trace: &Trace, fleet: &FleetSetup) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_bound_sizes_each_minute_for_its_own_arrivals() {
+        let at = |t: f64| Request {
+            at: t,
+            prompt: 100,
+            output: 10,
+            prefix: None,
+        };
+        // Minute 0: 120 arrivals (2/s, two pods at 1/s each); minute 1: none; minute 2: 30
+        // arrivals in its first half (one pod for the whole minute).
+        let mut requests: Vec<Request> = (0..120).map(|i| at(f64::from(i) * 0.5)).collect();
+        requests.extend((0..30).map(|i| at(120.0 + f64::from(i))));
+        let hours = |min| cost_bound(&requests, 180.0, 1.0, min);
+        assert!(
+            (hours(0) - 3.0 * 60.0 / 3600.0).abs() < 1e-9,
+            "{}",
+            hours(0)
+        );
+        // With a floor of one pod, the empty minute costs one pod too.
+        assert!(
+            (hours(1) - 4.0 * 60.0 / 3600.0).abs() < 1e-9,
+            "{}",
+            hours(1)
+        );
+        // A last, partial minute is paid for what it lasts.
+        let short = cost_bound(&requests, 150.0, 1.0, 0);
+        assert!(
+            (short - (2.0 * 60.0 + 30.0) / 3600.0).abs() < 1e-9,
+            "{short}"
+        );
+        assert_eq!(cost_bound(&requests, 0.0, 1.0, 1), 0.0);
+    }
 
     #[test]
     fn one_pod_serves_a_few_conversation_requests_a_second() {

@@ -51,6 +51,8 @@ pub enum LogError {
     Line { line: usize, problem: LineProblem },
     #[error("the log has no request")]
     Empty,
+    #[error("the log is not CSV")]
+    Csv(#[source] csv::Error),
 }
 
 /// What is wrong with one line of a log.
@@ -97,49 +99,51 @@ pub fn read(path: &Path) -> Result<RequestLog, LogError> {
 
 /// Reads a log from its text.
 pub fn parse(name: &str, text: &str) -> Result<RequestLog, LogError> {
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty());
-    let header = lines.next().map(|(_, l)| l.trim()).unwrap_or_default();
-    let columns: Vec<&str> = header.split(',').map(str::trim).collect();
+    let mut reader = csv::ReaderBuilder::new()
+        .trim(csv::Trim::All)
+        // Lines of the wrong length are told below, with what the header expects.
+        .flexible(true)
+        .from_reader(text.as_bytes());
+    let header = reader.headers().map_err(LogError::Csv)?.clone();
+    let columns: Vec<&str> = header.iter().collect();
     let with_prefix = match columns.as_slice() {
         [a, b, c] if [*a, *b, *c] == COLUMNS => false,
         [a, b, c, d, e] if [*a, *b, *c] == COLUMNS && [*d, *e] == PREFIX_COLUMNS => true,
         _ => {
             return Err(LogError::Header {
-                found: header.to_owned(),
+                found: columns.join(","),
             });
         }
     };
     // Prefix names become small ids, in order of first appearance.
     let mut prefix_ids: BTreeMap<String, u32> = BTreeMap::new();
     let mut rows: Vec<Row> = Vec::new();
-    for (index, line) in lines {
-        let at_line = |problem| LogError::Line {
-            line: index + 1,
-            problem,
-        };
-        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
-        if fields.len() != columns.len() {
+    for record in reader.records() {
+        let record = record.map_err(LogError::Csv)?;
+        let line = record
+            .position()
+            .map_or(0, |p| usize::try_from(p.line()).unwrap_or(usize::MAX));
+        let at_line = |problem| LogError::Line { line, problem };
+        if record.len() != columns.len() {
             return Err(at_line(LineProblem::Columns {
-                found: fields.len(),
+                found: record.len(),
                 expected: columns.len(),
             }));
         }
-        let at = instant(fields[0])
-            .ok_or_else(|| at_line(LineProblem::Timestamp(fields[0].to_owned())))?;
+        let field = |i: usize| record.get(i).unwrap_or_default();
+        let at = instant(field(0))
+            .ok_or_else(|| at_line(LineProblem::Timestamp(field(0).to_owned())))?;
         let tokens = |i: usize, column: &'static str| {
-            fields[i].parse::<u32>().map_err(|_| {
+            field(i).parse::<u32>().map_err(|_| {
                 at_line(LineProblem::Tokens {
                     column,
-                    value: fields[i].to_owned(),
+                    value: field(i).to_owned(),
                 })
             })
         };
         let prompt = tokens(1, "ContextTokens")?;
         let output = tokens(2, "GeneratedTokens")?;
-        let prefix = if with_prefix && !fields[3].is_empty() {
+        let prefix = if with_prefix && !field(3).is_empty() {
             let length = tokens(4, "PrefixTokens")?;
             if length > prompt {
                 return Err(at_line(LineProblem::PrefixLonger {
@@ -147,7 +151,7 @@ pub fn parse(name: &str, text: &str) -> Result<RequestLog, LogError> {
                     prompt,
                 }));
             }
-            Some((fields[3].to_owned(), length))
+            Some((field(3).to_owned(), length))
         } else {
             None
         };
@@ -371,7 +375,8 @@ mod tests {
         let log = parse(
             "p",
             "TIMESTAMP,ContextTokens,GeneratedTokens,PrefixId,PrefixTokens\n\
-             0,3000,10,repo-42,2900\n1,500,10,,\n2,3100,10,repo-42,2900\n3,800,10,system,600\n",
+             0,3000,10,repo-42,2900\n1,500,10,,\n2,3100,10,repo-42,2900\n3,800,10,system,600\n\
+             4,900,10,\"tenant, one\",700\n",
         )
         .unwrap();
         let prefixes: Vec<Option<Prefix>> = log.requests.iter().map(|r| r.prefix).collect();
@@ -388,6 +393,8 @@ mod tests {
                     tokens: 2900
                 }),
                 Some(Prefix { id: 1, tokens: 600 }),
+                // A quoted name may hold a comma.
+                Some(Prefix { id: 2, tokens: 700 }),
             ]
         );
     }
