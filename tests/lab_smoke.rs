@@ -79,7 +79,13 @@ fn the_lab_runs_every_policy_and_writes_its_report() {
     assert!(step_attained >= 95.0, "{oracle_line}");
     // The judge of a change to the control law, one row per cell.
     assert!(
-        md.contains("### Does the operator's default beat every peer?"),
+        md.contains(
+            "### GPU-hours at 99% goodput: the operator's defaults against every peer's cheapest way there"
+        ),
+        "{md}"
+    );
+    assert!(
+        md.contains("| trace | start-up | 95% | 99% | 99.9% |"),
         "{md}"
     );
     assert!(
@@ -110,7 +116,14 @@ fn the_lab_runs_every_policy_and_writes_its_report() {
     let rows: Vec<&str> = csv.lines().skip(1).collect();
     let settings = md
         .lines()
-        .filter(|l| l.starts_with("| ") && l.contains("% | ") && l.matches('|').count() > 10)
+        .filter(|l| {
+            // A cell table's row: its second column is the attainment, as "99.95%".
+            l.split('|').nth(2).is_some_and(|c| {
+                c.trim()
+                    .strip_suffix('%')
+                    .is_some_and(|v| v.parse::<f64>().is_ok())
+            })
+        })
         .count();
     assert_eq!(
         rows.len(),

@@ -23,12 +23,12 @@ use llmscaleoperator_sim::lab::peers::{
 };
 use llmscaleoperator_sim::lab::policy::{Bounds, Policy};
 use llmscaleoperator_sim::lab::report::{
-    Runs, best_of, miss_percent, paired_difference, replica_hours, summarize, verdict,
+    Runs, best_of, miss_percent, paired_difference, replica_hours, summarize,
 };
-use llmscaleoperator_sim::lab::results_csv;
 use llmscaleoperator_sim::lab::run::{FleetSetup, Outcome, run};
 use llmscaleoperator_sim::lab::traces::Trace;
 use llmscaleoperator_sim::lab::workload::{Request, Shape};
+use llmscaleoperator_sim::lab::{results_csv, verdict};
 pub use operator::{Operator, TARGET};
 use serde_json::json;
 
@@ -474,13 +474,15 @@ pub fn run_lab(lab: &Lab) -> String {
             .collect();
         grouped.insert((trace.clone(), *delay), runs);
     }
-    md.push_str(&render_summary(&grouped));
-    md.push_str(&render_verdicts(&grouped));
     let cost_bounds = cost_bounds.into_inner().unwrap();
+    let mean_bounds: BTreeMap<CellKey, f64> = cost_bounds
+        .iter()
+        .map(|(key, b)| (key.clone(), b.values().sum::<f64>() / b.len().max(1) as f64))
+        .collect();
+    md.push_str(&render_summary(&grouped));
+    md.push_str(&render_verdicts(&grouped, &mean_bounds));
     for (key, runs) in &grouped {
-        let bound = cost_bounds.get(key).map_or(f64::NAN, |b| {
-            b.values().sum::<f64>() / b.len().max(1) as f64
-        });
+        let bound = mean_bounds.get(key).copied().unwrap_or(f64::NAN);
         render_cell(&mut md, dir, &key.0, key.1, runs, bound);
     }
     for (shape, lines) in &timelines {
@@ -833,47 +835,89 @@ fn render_summary(grouped: &BTreeMap<CellKey, Vec<Runs>>) -> String {
     md
 }
 
-/// The judge of a change to the control law, per cell: the operator's defaults on or beyond
-/// every peer's frontier, at least 25% fewer misses than the best peer setting for no more
-/// replica-hours (paired interval below zero), and no more oscillations than the HPA.
-fn render_verdicts(grouped: &BTreeMap<CellKey, Vec<Runs>>) -> String {
-    let mut md = String::from(
-        "### Does the operator's default beat every peer?\n\n\
-         Wins when no peer setting attains as much for fewer replica-hours, it misses at most 75% \
-         of what the best peer setting misses at no more replica-hours (paired 95% interval below \
-         zero), and it changes direction no more often than the HPA. The last column is the oracle \
-         (sized with headroom) at the best peer's replica-hours, in the best peer's misses: above \
-         0.75, not even knowing the future meets the bar at that cost.\n\n\
-         | trace | start-up | dominated by | best peer | misses ÷ best | replica-h ÷ best | Δ misses vs best (pp) | oscillations (operator / HPA) | Δ oscillations vs HPA | wins | oracle ÷ best |\n\
-         | --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | :---: | ---: |\n",
+/// The judge of a change to the control law, per cell: GPU-hours at 99% goodput, the operator's
+/// defaults against the cheapest way any peer family reaches it (`sim/src/lab/verdict.rs`);
+/// then the same at 95% and 99.9%.
+fn render_verdicts(
+    grouped: &BTreeMap<CellKey, Vec<Runs>>,
+    bounds: &BTreeMap<CellKey, f64>,
+) -> String {
+    let pct = |level: f64| {
+        let text = format!("{:.1}", 100.0 * level);
+        text.trim_end_matches(".0").to_owned()
+    };
+    let mut md = format!(
+        "### GPU-hours at {level}% goodput: the operator's defaults against every peer's cheapest way there\n\n\
+         Each peer family reaches the level with its cheapest setting that attains it, or with a point \
+         between two settings of its frontier (interpolated seed by seed); the operator runs its \
+         defaults, one spec for every cell. `operator ÷ cheapest` is their replica-hours with a \
+         paired 95% bootstrap interval: on the tuned frontier at ≤ {frontier:.2}, a win at ≤ {win:.2}. \
+         `bound ÷ cheapest` is how much room any policy has in the cell.\n\n\
+         | trace | start-up | operator: attained, replica-h | cheapest peer at {level}% | its replica-h | operator ÷ cheapest | bound ÷ cheapest | oscillations (operator / HPA) | cannot reach {level}% | standing |\n\
+         | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- | --- |\n",
+        level = pct(verdict::LEVEL),
+        frontier = verdict::ON_FRONTIER,
+        win = verdict::WIN,
     );
-    for ((shape, delay), runs) in grouped {
-        let Some(v) = verdict(runs) else { continue };
-        let dominated = match v.dominated_by.len() {
-            0 => "nobody".to_owned(),
-            1..=2 => v.dominated_by.join(", "),
-            n => format!(
-                "{}, {} and {} more",
-                v.dominated_by[0],
-                v.dominated_by[1],
-                n - 2
-            ),
+    for (key, runs) in grouped {
+        let bound = bounds.get(key).copied().unwrap_or(f64::NAN);
+        let Some(v) = verdict::judge(runs, verdict::LEVEL, bound) else {
+            continue;
         };
+        let (trace, delay) = key;
+        let cheapest = v.cheapest.as_ref();
         let _ = writeln!(
             md,
-            "| {} | {delay} s | {dominated} | {} | {:.2} | {:.2} | {} | {:.1} / {:.1} | {} | {} | {} |",
-            shape.name(),
-            v.best_peer,
-            v.miss_ratio,
-            v.hours_ratio,
-            fmt_interval(v.misses_vs_best),
+            "| {} | {delay} s | {:.2}%, {:.1} | {} | {} | {} | {} | {:.1} / {:.1} | {} | {} |",
+            trace.name(),
+            100.0 * v.attained,
+            v.hours,
+            cheapest.map_or_else(|| "none".to_owned(), |c| c.setting.clone()),
+            cheapest.map_or_else(|| "-".to_owned(), |c| format!("{:.1}", c.mean_hours())),
+            match (v.ratio, v.ratio_interval) {
+                (Some(r), Some(i)) => format!("{r:.2} [{:.2}, {:.2}]", i.low, i.high),
+                (Some(r), None) => format!("{r:.2}"),
+                _ => "-".to_owned(),
+            },
+            v.bound_vs_cheapest
+                .map_or_else(|| "-".to_owned(), |r| format!("{r:.2}")),
             v.oscillations.0,
             v.oscillations.1,
-            fmt_interval(v.oscillations_vs_hpa),
-            if v.wins() { "yes" } else { "no" },
-            v.oracle_vs_best
-                .map_or_else(|| "-".to_owned(), |r| format!("{r:.2}")),
+            if v.unreachable.is_empty() {
+                "-".to_owned()
+            } else {
+                v.unreachable.join(", ")
+            },
+            v.standing().describe(),
         );
+    }
+    let _ = writeln!(
+        md,
+        "\n**At the other levels**: operator ÷ cheapest peer (standing).\n"
+    );
+    let _ = write!(md, "| trace | start-up |");
+    for level in verdict::LEVELS {
+        let _ = write!(md, " {}% |", pct(level));
+    }
+    let _ = writeln!(
+        md,
+        "\n| --- | ---: |{}",
+        " ---: |".repeat(verdict::LEVELS.len())
+    );
+    for (key, runs) in grouped {
+        let bound = bounds.get(key).copied().unwrap_or(f64::NAN);
+        let _ = write!(md, "| {} | {} s |", key.0.name(), key.1);
+        for level in verdict::LEVELS {
+            let cell = verdict::judge(runs, level, bound).map_or_else(
+                || "-".to_owned(),
+                |v| match v.ratio {
+                    Some(r) => format!("{r:.2} ({})", v.standing().describe()),
+                    None => v.standing().describe().to_owned(),
+                },
+            );
+            let _ = write!(md, " {cell} |");
+        }
+        md.push('\n');
     }
     md.push('\n');
     md

@@ -13,4 +13,5 @@ pub mod request_log;
 pub mod results_csv;
 pub mod run;
 pub mod traces;
+pub mod verdict;
 pub mod workload;

@@ -145,115 +145,6 @@ pub fn best_of<'a>(runs: &'a [Runs], family: &str, budget: f64) -> Option<&'a Ru
         .map(|(r, _)| *r)
 }
 
-/// The judge for a change to the control law: does the operator's default setting beat every
-/// peer in one (trace, start-up delay) cell?
-#[derive(Debug, Clone, PartialEq)]
-pub struct Verdict {
-    /// Peer settings that attain at least as much for no more replica-hours (one strictly):
-    /// the operator is on or beyond the frontier when this is empty.
-    pub dominated_by: Vec<String>,
-    /// The peer setting with the fewest SLO misses (then the fewest replica-hours).
-    pub best_peer: String,
-    /// The operator's misses over the best peer's (≤ 0.75 wanted).
-    pub miss_ratio: f64,
-    /// The operator's replica-hours over the best peer's (≤ 1 wanted).
-    pub hours_ratio: f64,
-    /// The paired difference in misses (percentage points) to the best peer.
-    pub misses_vs_best: Option<Interval>,
-    /// The operator's oscillations, and the HPA's at its defaults (no more wanted).
-    pub oscillations: (f64, f64),
-    /// The paired difference in oscillations to the HPA at its defaults (seed by seed): an
-    /// interval across zero means the two are not told apart by the lab.
-    pub oscillations_vs_hpa: Option<Interval>,
-    /// What the oracle sized with headroom misses at the best peer's replica-hours, over what the
-    /// best peer misses: above 0.75, not even knowing the future meets the 25% bar at that
-    /// cost, and the misses left are bursts shorter than any start-up.
-    pub oracle_vs_best: Option<f64>,
-}
-
-impl Verdict {
-    /// On or beyond every peer's frontier, at least 25% fewer misses than the best peer for no
-    /// more replica-hours with an interval that excludes zero, and no more oscillations than
-    /// the HPA.
-    pub fn wins(&self) -> bool {
-        self.dominated_by.is_empty()
-            && self.miss_ratio <= 0.75
-            && self.hours_ratio <= 1.0
-            && self.misses_vs_best.is_some_and(|i| i.high < 0.0)
-            && self.oscillations.0 <= self.oscillations.1
-    }
-}
-
-/// Judges the operator's defaults (family "operator", default) against every peer setting (any
-/// family but the operator and the oracle); `None` when either is missing.
-pub fn verdict(runs: &[Runs]) -> Option<Verdict> {
-    let op = runs.iter().find(|r| r.family == "operator" && r.default)?;
-    let peers: Vec<(&Runs, Summary)> = runs
-        .iter()
-        .filter(|r| r.family != "operator" && r.family != "oracle")
-        .map(|r| (r, summarize(&r.outcomes)))
-        .collect();
-    let mine = summarize(&op.outcomes);
-    let dominated_by = peers
-        .iter()
-        .filter(|(_, s)| {
-            s.attainment >= mine.attainment
-                && s.replica_hours <= mine.replica_hours
-                && (s.attainment > mine.attainment || s.replica_hours < mine.replica_hours)
-        })
-        .map(|(r, _)| r.label.clone())
-        .collect();
-    let (best, best_summary) = peers.iter().min_by(|(_, a), (_, b)| {
-        b.attainment
-            .total_cmp(&a.attainment)
-            .then(a.replica_hours.total_cmp(&b.replica_hours))
-    })?;
-    let misses = |s: &Summary| 1.0 - s.attainment;
-    let hpa_runs = runs.iter().find(|r| r.family == "HPA" && r.default);
-    let hpa = hpa_runs.map_or(f64::INFINITY, |r| summarize(&r.outcomes).oscillations);
-    Some(Verdict {
-        dominated_by,
-        best_peer: best.label.clone(),
-        miss_ratio: if misses(best_summary) > 0.0 {
-            misses(&mine) / misses(best_summary)
-        } else if misses(&mine) > 0.0 {
-            f64::INFINITY
-        } else {
-            1.0
-        },
-        hours_ratio: mine.replica_hours / best_summary.replica_hours,
-        misses_vs_best: paired_difference(&miss_percent(op), &miss_percent(best), 2000, 9),
-        oscillations: (mine.oscillations, hpa),
-        oscillations_vs_hpa: hpa_runs
-            .and_then(|h| paired_difference(&oscillations(op), &oscillations(h), 2000, 11)),
-        oracle_vs_best: oracle_misses_at(runs, best_summary.replica_hours)
-            .filter(|_| misses(best_summary) > 0.0)
-            .map(|m| m / misses(best_summary)),
-    })
-}
-
-/// The share of requests the oracle misses at `replica_hours`, interpolated linearly between its
-/// settings (with and without headroom); `None` outside the range they span.
-pub fn oracle_misses_at(runs: &[Runs], replica_hours: f64) -> Option<f64> {
-    let mut points: Vec<(f64, f64)> = runs
-        .iter()
-        .filter(|r| r.family == "oracle")
-        .map(|r| summarize(&r.outcomes))
-        .map(|s| (s.replica_hours, 1.0 - s.attainment))
-        .collect();
-    points.sort_by(|a, b| a.0.total_cmp(&b.0));
-    points.windows(2).find_map(|w| {
-        let ((h0, m0), (h1, m1)) = (w[0], w[1]);
-        (h0..=h1).contains(&replica_hours).then(|| {
-            if h1 > h0 {
-                m0 + (m1 - m0) * (replica_hours - h0) / (h1 - h0)
-            } else {
-                m0.min(m1)
-            }
-        })
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,31 +163,6 @@ mod tests {
     }
 
     #[test]
-    fn the_oracle_is_interpolated_between_its_settings() {
-        let oracle = |label: &str, met: u64, hours: f64| Runs {
-            label: label.into(),
-            family: "oracle".into(),
-            default: label == "oracle",
-            outcomes: vec![Outcome {
-                judged: 1000,
-                met,
-                replica_seconds: hours * 3600.0,
-                ..Outcome::default()
-            }],
-        };
-        let runs = [
-            oracle("oracle", 990, 10.0),
-            oracle("oracle ×2", 998, 20.0),
-            oracle("oracle ×3", 999, 30.0),
-        ];
-        let at = |h| oracle_misses_at(&runs, h);
-        assert!((at(15.0).unwrap() - 0.006).abs() < 1e-12, "{:?}", at(15.0));
-        assert!((at(30.0).unwrap() - 0.001).abs() < 1e-12);
-        assert_eq!(at(5.0), None, "below the cheapest setting");
-        assert_eq!(at(31.0), None, "beyond the dearest");
-    }
-
-    #[test]
     fn summaries_average_over_seeds() {
         let o = |met: u64, hours: f64| Outcome {
             judged: 100,
@@ -308,59 +174,6 @@ mod tests {
         assert!((s.attainment - 0.95).abs() < 1e-12);
         assert!((s.replica_hours - 3.0).abs() < 1e-12);
         assert_eq!(s.recovery, None);
-    }
-
-    fn family(label: &str, family: &str, default: bool, per_seed: &[(u64, f64, u32)]) -> Runs {
-        Runs {
-            label: label.into(),
-            family: family.into(),
-            default,
-            outcomes: per_seed
-                .iter()
-                .map(|&(met, hours, oscillations)| Outcome {
-                    judged: 100,
-                    met,
-                    replica_seconds: hours * 3600.0,
-                    oscillations,
-                    ..Outcome::default()
-                })
-                .collect(),
-        }
-    }
-
-    #[test]
-    fn the_verdict_wants_the_frontier_fewer_misses_and_calm() {
-        let peers = |op: &[(u64, f64, u32)]| {
-            vec![
-                family("llmscaleoperator", "operator", true, op),
-                family(
-                    "HPA",
-                    "HPA",
-                    true,
-                    &[(96, 10.0, 2), (95, 10.0, 2), (96, 10.0, 2)],
-                ),
-                family(
-                    "KEDA",
-                    "KEDA",
-                    true,
-                    &[(90, 8.0, 1), (91, 8.0, 1), (90, 8.0, 1)],
-                ),
-                family("oracle", "oracle", true, &[(100, 5.0, 0); 3]),
-            ]
-        };
-        // 1 to 2 misses in 100 against the HPA's 4 to 5, at fewer replica-hours, as calm.
-        let v = verdict(&peers(&[(98, 9.0, 2), (99, 9.5, 1), (99, 9.0, 2)])).unwrap();
-        assert!(v.dominated_by.is_empty() && v.best_peer == "HPA", "{v:?}");
-        assert!(v.miss_ratio < 0.75 && v.hours_ratio < 1.0, "{v:?}");
-        assert!(v.wins(), "{v:?}");
-        // As good as the HPA for more replica-hours: dominated, and not 25% fewer misses.
-        let v = verdict(&peers(&[(96, 11.0, 2), (95, 11.0, 2), (96, 11.0, 2)])).unwrap();
-        assert_eq!(v.dominated_by, vec!["HPA".to_string()]);
-        assert!(!v.wins());
-        // Fewer misses and cheaper, but it flaps more than the HPA.
-        let v = verdict(&peers(&[(99, 9.0, 9), (99, 9.0, 9), (99, 9.0, 9)])).unwrap();
-        assert!(!v.wins() && v.oscillations == (9.0, 2.0), "{v:?}");
-        assert!(verdict(&peers(&[])[1..]).is_none());
     }
 
     #[test]

@@ -1,0 +1,373 @@
+//! The judge of a change to the control law, per (trace, start-up delay) cell: GPU-hours at a
+//! fixed SLO. Users buy an autoscaler to serve a stated goodput for fewer GPUs, so for a level
+//! (99% of requests within both latency objectives; the report also shows 95% and 99.9%) each
+//! peer family is given its cheapest way to reach it — its cheapest setting that attains the
+//! level, or a point between two settings of its frontier — and the operator's *defaults* (one
+//! spec for every cell, nothing tuned) are compared with the cheapest of all of them.
+//!
+//! The cell is on the tuned frontier when the operator reaches the level for at most the cheapest
+//! peer's replica-hours, and a win by a margin at 0.85× or less.
+
+use crate::lab::report::{Interval, Runs, oscillations, paired_difference, summarize};
+use crate::lab::run::Outcome;
+
+/// The level the verdict is given at, and the ones the report shows beside it.
+pub const LEVEL: f64 = 0.99;
+pub const LEVELS: [f64; 3] = [0.95, 0.99, 0.999];
+/// Operator ÷ cheapest peer at or below this: on the tuned frontier.
+pub const ON_FRONTIER: f64 = 1.0;
+/// … and at or below this: a win by a margin.
+pub const WIN: f64 = 0.85;
+
+/// A family's cheapest way to reach a level.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cheapest {
+    pub family: String,
+    /// The setting, or the two settings it lies between on the family's frontier.
+    pub setting: String,
+    /// Replica-hours per seed (interpolated alike on every seed).
+    pub hours: Vec<f64>,
+}
+
+impl Cheapest {
+    pub fn mean_hours(&self) -> f64 {
+        self.hours.iter().sum::<f64>() / self.hours.len().max(1) as f64
+    }
+}
+
+/// The family's cheapest way to attain `level` (mean over seeds): along its frontier (its
+/// settings by replica-hours, each attaining more than every cheaper one), the first setting
+/// that reaches the level, or the point on the segment from the setting before it where the
+/// level is crossed. `None` when no setting reaches the level.
+pub fn cheapest_at(runs: &[Runs], family: &str, level: f64) -> Option<Cheapest> {
+    let mut settings: Vec<(&Runs, f64, f64)> = runs
+        .iter()
+        .filter(|r| r.family == family && !r.outcomes.is_empty())
+        .map(|r| {
+            let s = summarize(&r.outcomes);
+            (r, s.replica_hours, s.attainment)
+        })
+        .collect();
+    settings.sort_by(|a, b| a.1.total_cmp(&b.1).then(b.2.total_cmp(&a.2)));
+    let mut frontier: Vec<(&Runs, f64, f64)> = Vec::new();
+    for setting in settings {
+        if frontier.last().is_none_or(|last| setting.2 > last.2) {
+            frontier.push(setting);
+        }
+    }
+    let reached = frontier.iter().position(|(_, _, a)| *a >= level)?;
+    let (high, _, a1) = frontier[reached];
+    let per_seed =
+        |r: &Runs| -> Vec<f64> { r.outcomes.iter().map(Outcome::replica_hours).collect() };
+    let Some(&(low, _, a0)) = reached.checked_sub(1).and_then(|i| frontier.get(i)) else {
+        return Some(Cheapest {
+            family: family.to_owned(),
+            setting: high.label.clone(),
+            hours: per_seed(high),
+        });
+    };
+    if a1 <= level || low.outcomes.len() != high.outcomes.len() {
+        return Some(Cheapest {
+            family: family.to_owned(),
+            setting: high.label.clone(),
+            hours: per_seed(high),
+        });
+    }
+    let w = (level - a0) / (a1 - a0);
+    let hours = per_seed(low)
+        .into_iter()
+        .zip(per_seed(high))
+        .map(|(h0, h1)| h0 + w * (h1 - h0))
+        .collect();
+    Some(Cheapest {
+        family: family.to_owned(),
+        setting: format!("between {} and {}", low.label, high.label),
+        hours,
+    })
+}
+
+/// Where the operator's defaults stand in a cell at a level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing {
+    /// The defaults do not attain the level at all.
+    BelowLevel,
+    /// They reach it, for more than the cheapest peer.
+    Behind,
+    /// For at most the cheapest peer's replica-hours.
+    OnFrontier,
+    /// For at most 0.85× of them.
+    Wins,
+    /// They reach it, and no peer does.
+    Alone,
+}
+
+impl Standing {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Standing::BelowLevel => "below the level",
+            Standing::Behind => "behind",
+            Standing::OnFrontier => "on the frontier",
+            Standing::Wins => "wins",
+            Standing::Alone => "only one to reach it",
+        }
+    }
+}
+
+/// One cell's verdict at one level.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    pub level: f64,
+    /// The operator's defaults: mean attainment and replica-hours.
+    pub attained: f64,
+    pub hours: f64,
+    /// The cheapest peer family's cheapest way to the level.
+    pub cheapest: Option<Cheapest>,
+    /// Operator ÷ cheapest peer, replica-hours (when the operator reaches the level), with a
+    /// paired 95% bootstrap interval over seeds.
+    pub ratio: Option<f64>,
+    pub ratio_interval: Option<Interval>,
+    /// The cost bound over the cheapest peer: how much room any policy has in the cell.
+    pub bound_vs_cheapest: Option<f64>,
+    /// Oscillations of the operator's defaults and of the HPA's, and their paired difference.
+    pub oscillations: (f64, f64),
+    pub oscillations_vs_hpa: Option<Interval>,
+    /// Peer families that reach the level with none of their settings.
+    pub unreachable: Vec<String>,
+}
+
+impl Verdict {
+    pub fn standing(&self) -> Standing {
+        if self.attained < self.level {
+            return Standing::BelowLevel;
+        }
+        match self.ratio {
+            None => Standing::Alone,
+            Some(r) if r <= WIN => Standing::Wins,
+            Some(r) if r <= ON_FRONTIER => Standing::OnFrontier,
+            Some(_) => Standing::Behind,
+        }
+    }
+}
+
+/// Judges the operator's defaults (family "operator", default) against every peer family (any
+/// but the operator and the oracle) at `level`; `bound` is the cell's cost bound. `None` without
+/// the operator's defaults.
+pub fn judge(runs: &[Runs], level: f64, bound: f64) -> Option<Verdict> {
+    let op = runs.iter().find(|r| r.family == "operator" && r.default)?;
+    let mine = summarize(&op.outcomes);
+    let mut families: Vec<&str> = runs
+        .iter()
+        .map(|r| r.family.as_str())
+        .filter(|f| *f != "operator" && *f != "oracle")
+        .collect();
+    families.sort_unstable();
+    families.dedup();
+    let mut unreachable = Vec::new();
+    let mut cheapest: Option<Cheapest> = None;
+    for family in families {
+        match cheapest_at(runs, family, level) {
+            None => unreachable.push(family.to_owned()),
+            Some(c) => {
+                if cheapest
+                    .as_ref()
+                    .is_none_or(|best| c.mean_hours() < best.mean_hours())
+                {
+                    cheapest = Some(c);
+                }
+            }
+        }
+    }
+    let op_hours: Vec<f64> = op.outcomes.iter().map(Outcome::replica_hours).collect();
+    let reaches = mine.attainment >= level;
+    let ratio = cheapest
+        .as_ref()
+        .filter(|_| reaches)
+        .map(|c| mine.replica_hours / c.mean_hours());
+    let ratio_interval = cheapest
+        .as_ref()
+        .filter(|_| reaches)
+        .and_then(|c| paired_ratio(&op_hours, &c.hours, 2000, 13));
+    let hpa = runs.iter().find(|r| r.family == "HPA" && r.default);
+    Some(Verdict {
+        level,
+        attained: mine.attainment,
+        hours: mine.replica_hours,
+        bound_vs_cheapest: cheapest.as_ref().map(|c| bound / c.mean_hours()),
+        cheapest,
+        ratio,
+        ratio_interval,
+        oscillations: (
+            mine.oscillations,
+            hpa.map_or(f64::NAN, |h| summarize(&h.outcomes).oscillations),
+        ),
+        oscillations_vs_hpa: hpa
+            .and_then(|h| paired_difference(&oscillations(op), &oscillations(h), 2000, 11)),
+        unreachable,
+    })
+}
+
+/// The ratio of the means of `a` and `b` (paired by index) and its percentile-bootstrap 95%
+/// interval, resampling seeds.
+pub fn paired_ratio(a: &[f64], b: &[f64], resamples: usize, seed: u64) -> Option<Interval> {
+    use rand::{Rng, SeedableRng};
+    let n = a.len().min(b.len());
+    if n == 0 {
+        return None;
+    }
+    let ratio = |picks: &mut dyn Iterator<Item = usize>| {
+        let (sa, sb) = picks.fold((0.0, 0.0), |(sa, sb), i| (sa + a[i], sb + b[i]));
+        sa / sb
+    };
+    let mean = ratio(&mut (0..n));
+    let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(seed);
+    let mut samples: Vec<f64> = (0..resamples.max(1))
+        .map(|_| {
+            let picks: Vec<usize> = (0..n).map(|_| rng.random_range(0..n)).collect();
+            ratio(&mut picks.into_iter())
+        })
+        .collect();
+    samples.sort_by(f64::total_cmp);
+    let at = |q: f64| samples[((q * samples.len() as f64) as usize).min(samples.len() - 1)];
+    Some(Interval {
+        mean,
+        low: at(0.025),
+        high: at(0.975),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A setting whose seeds attain `met` of 1000 at `hours` each.
+    fn setting(label: &str, family: &str, default: bool, seeds: &[(u64, f64, u32)]) -> Runs {
+        Runs {
+            label: label.into(),
+            family: family.into(),
+            default,
+            outcomes: seeds
+                .iter()
+                .map(|&(met, hours, oscillations)| Outcome {
+                    judged: 1000,
+                    met,
+                    replica_seconds: hours * 3600.0,
+                    oscillations,
+                    ..Outcome::default()
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_cheapest_way_to_a_level_is_found_along_the_frontier() {
+        let runs = [
+            setting(
+                "HPA (target 32)",
+                "HPA",
+                false,
+                &[(900, 6.0, 0), (900, 6.0, 0)],
+            ),
+            setting("HPA", "HPA", true, &[(985, 10.0, 0), (985, 12.0, 0)]),
+            setting(
+                "HPA (target 8)",
+                "HPA",
+                false,
+                &[(995, 20.0, 0), (995, 22.0, 0)],
+            ),
+            // Dearer and worse than a cheaper setting: off the frontier.
+            setting(
+                "HPA (down 0 s)",
+                "HPA",
+                false,
+                &[(950, 15.0, 0), (950, 15.0, 0)],
+            ),
+        ];
+        // 0.99 lies half-way from 0.985 to 0.995: half-way in replica-hours, seed by seed.
+        let at99 = cheapest_at(&runs, "HPA", 0.99).unwrap();
+        assert_eq!(at99.setting, "between HPA and HPA (target 8)");
+        assert_eq!(at99.hours, vec![15.0, 17.0]);
+        assert!((at99.mean_hours() - 16.0).abs() < 1e-9);
+        // A level the cheapest setting already reaches: that setting, no extrapolation below.
+        let at80 = cheapest_at(&runs, "HPA", 0.80).unwrap();
+        assert_eq!(
+            (at80.setting.as_str(), at80.mean_hours()),
+            ("HPA (target 32)", 6.0)
+        );
+        // Exactly on a setting.
+        assert_eq!(
+            cheapest_at(&runs, "HPA", 0.995).unwrap().setting,
+            "HPA (target 8)"
+        );
+        assert!(
+            cheapest_at(&runs, "HPA", 0.999).is_none(),
+            "no setting reaches it"
+        );
+        assert!(cheapest_at(&runs, "KEDA", 0.5).is_none());
+    }
+
+    fn cell(op: &[(u64, f64, u32)]) -> Vec<Runs> {
+        vec![
+            setting("llmscaleoperator", "operator", true, op),
+            setting(
+                "HPA",
+                "HPA",
+                true,
+                &[(992, 10.0, 2), (992, 10.0, 2), (992, 10.0, 2)],
+            ),
+            setting("HPA (target 8)", "HPA", false, &[(999, 20.0, 1); 3]),
+            setting(
+                "KEDA",
+                "KEDA",
+                true,
+                &[(991, 12.0, 1), (991, 12.0, 1), (991, 12.0, 1)],
+            ),
+            setting("WVA", "WVA", true, &[(700, 4.0, 1); 3]),
+            setting("oracle", "oracle", true, &[(1000, 5.0, 0); 3]),
+        ]
+    }
+
+    #[test]
+    fn the_verdict_is_replica_hours_at_the_level_against_the_cheapest_peer() {
+        // 99.5% for 8 replica-hours against the HPA's 10 at 99.2%: 0.8×, a win.
+        let v = judge(
+            &cell(&[(995, 8.0, 2), (995, 8.0, 2), (996, 8.0, 2)]),
+            LEVEL,
+            4.0,
+        )
+        .unwrap();
+        let cheapest = v.cheapest.as_ref().unwrap();
+        assert_eq!(
+            (cheapest.family.as_str(), cheapest.setting.as_str()),
+            ("HPA", "HPA")
+        );
+        assert!((v.ratio.unwrap() - 0.8).abs() < 1e-9, "{v:?}");
+        let interval = v.ratio_interval.unwrap();
+        assert!(interval.low <= 0.8 && interval.high >= 0.8, "{interval:?}");
+        assert!((v.bound_vs_cheapest.unwrap() - 0.4).abs() < 1e-9);
+        assert_eq!(v.unreachable, vec!["WVA".to_owned()]);
+        assert_eq!(v.standing(), Standing::Wins);
+        assert_eq!(v.oscillations, (2.0, 2.0));
+        // 9.5 replica-hours: on the frontier, no margin.
+        let v = judge(&cell(&[(995, 9.5, 2); 3]), LEVEL, 4.0).unwrap();
+        assert_eq!(v.standing(), Standing::OnFrontier);
+        // 11: behind.
+        let v = judge(&cell(&[(995, 11.0, 2); 3]), LEVEL, 4.0).unwrap();
+        assert_eq!(v.standing(), Standing::Behind);
+        // Cheap but under the level: no ratio at all.
+        let v = judge(&cell(&[(980, 5.0, 2); 3]), LEVEL, 4.0).unwrap();
+        assert_eq!((v.standing(), v.ratio), (Standing::BelowLevel, None));
+        // A level only the operator reaches.
+        let v = judge(&cell(&[(1000, 30.0, 2); 3]), 0.9995, 4.0).unwrap();
+        assert_eq!(v.standing(), Standing::Alone);
+        assert!(judge(&cell(&[])[1..], LEVEL, 4.0).is_none());
+    }
+
+    #[test]
+    fn a_paired_ratio_interval_narrows_with_agreeing_seeds() {
+        let i = paired_ratio(&[8.0, 8.0, 8.0], &[10.0, 10.0, 10.0], 500, 1).unwrap();
+        assert!((i.mean - 0.8).abs() < 1e-12 && i.low == i.high, "{i:?}");
+        let j = paired_ratio(&[4.0, 12.0, 8.0], &[10.0, 10.0, 10.0], 500, 1).unwrap();
+        assert!(j.low < 0.8 && j.high > 0.8, "{j:?}");
+        assert!(paired_ratio(&[], &[], 10, 1).is_none());
+    }
+}
