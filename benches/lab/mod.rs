@@ -19,7 +19,7 @@ use llmscaleoperator_sim::lab::engine::PodProfile;
 use llmscaleoperator_sim::lab::oracle::{Oracle, cost_bound, per_pod_capacity};
 use llmscaleoperator_sim::lab::peers::{
     AibrixApa, AibrixConfig, AibrixKpa, Hpa, HpaConfig, Keda, KedaConfig, Knative, KnativeConfig,
-    Tolerances, Wva, WvaConfig,
+    Signal, Tolerances, Wva, WvaConfig,
 };
 use llmscaleoperator_sim::lab::policy::{Bounds, Policy};
 use llmscaleoperator_sim::lab::report::{
@@ -62,7 +62,10 @@ fn entrant(family: &'static str, default: bool, policy: impl Policy + 'static) -
 }
 
 /// Per-pod targets every ratio peer is also run at.
-const GRID_TARGETS: [f64; 3] = [8.0, 24.0, 32.0];
+const GRID_TARGETS: [f64; 6] = [1.0, 2.0, 4.0, 8.0, 24.0, 32.0];
+/// Mean KV-cache use (0 to 1) every ratio policy also runs at: a signal whose right target moves
+/// less with the request mix than requests in flight do.
+const KV_TARGETS: [f64; 3] = [0.3, 0.45, 0.6];
 
 /// The oracle's headroom settings: its fleet is this many times what the future needs.
 const ORACLE_HEADROOM: [f64; 4] = [1.5, 2.0, 3.0, 4.0];
@@ -152,6 +155,13 @@ fn roster(
             .named(&format!("llmscaleoperator (target {target})")),
         ));
     }
+    for target in KV_TARGETS {
+        all.push(entrant(
+            "operator",
+            false,
+            Operator::on_kv_cache(bounds, target),
+        ));
+    }
 
     // HPA: defaults, the scale-down window over 0/60 s, the targets.
     // Scale to zero is the operator's, KEDA's and Knative's; the HPA (without the alpha
@@ -203,6 +213,17 @@ fn roster(
             }),
         ));
     }
+    for target in KV_TARGETS {
+        all.push(entrant(
+            "HPA",
+            false,
+            Hpa::new(HpaConfig {
+                target,
+                signal: Signal::KvUsage,
+                ..hpa.clone()
+            }),
+        ));
+    }
 
     // KEDA: defaults and the thresholds.
     let keda = KedaConfig::new(bounds);
@@ -213,6 +234,17 @@ fn roster(
             false,
             Keda::new(KedaConfig {
                 threshold: target,
+                ..keda.clone()
+            }),
+        ));
+    }
+    for target in KV_TARGETS {
+        all.push(entrant(
+            "KEDA",
+            false,
+            Keda::new(KedaConfig {
+                threshold: target,
+                signal: Signal::KvUsage,
                 ..keda.clone()
             }),
         ));
@@ -231,24 +263,39 @@ fn roster(
             }),
         ));
     }
+    for target in KV_TARGETS {
+        all.push(entrant(
+            "Knative KPA",
+            false,
+            Knative::new(KnativeConfig {
+                target,
+                signal: Signal::KvUsage,
+                ..kpa.clone()
+            }),
+        ));
+    }
 
-    // AIBrix: APA and KPA as documented and as shipped, and the targets.
-    let aibrix = AibrixConfig::new(at_least_one);
+    // AIBrix: APA and KPA as shipped (what users run), as documented where the code differs,
+    // and the targets.
+    let aibrix = AibrixConfig::shipped(at_least_one);
     all.push(entrant("AIBrix APA", true, AibrixApa::new(aibrix.clone())));
     all.push(entrant("AIBrix KPA", true, AibrixKpa::new(aibrix.clone())));
-    let shipped = AibrixConfig {
-        shipped: true,
-        ..aibrix.clone()
-    };
+    let documented = AibrixConfig::new(at_least_one);
     all.push(entrant(
         "AIBrix APA",
         false,
-        AibrixApa::new(shipped.clone()),
+        AibrixApa::new(documented.clone()),
     ));
-    all.push(entrant("AIBrix KPA", false, AibrixKpa::new(shipped)));
-    for target in GRID_TARGETS {
+    all.push(entrant("AIBrix KPA", false, AibrixKpa::new(documented)));
+    let kv = KV_TARGETS.map(|target| (target, Signal::KvUsage));
+    for (target, signal) in GRID_TARGETS
+        .map(|t| (t, Signal::Concurrency))
+        .into_iter()
+        .chain(kv)
+    {
         let c = AibrixConfig {
             target,
+            signal,
             ..aibrix.clone()
         };
         all.push(entrant("AIBrix APA", false, AibrixApa::new(c.clone())));

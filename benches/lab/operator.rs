@@ -58,6 +58,9 @@ pub struct Operator {
     learned_until: f64,
     /// What a pause annotation would ask for (a lab run has none; the cross-path test does).
     pause: Option<Pause>,
+    /// The metric is the mean KV-cache use of the scraped pods (`avg(vllm:kv_cache_usage_perc)`)
+    /// instead of the requests in flight per pod.
+    reads_kv_cache: bool,
 }
 
 impl Operator {
@@ -105,7 +108,19 @@ impl Operator {
             learned: None,
             learned_until: 0.0,
             pause: None,
+            reads_kv_cache: false,
         }
+    }
+
+    /// Scaling on the mean KV-cache use of the pods, `avg(vllm:kv_cache_usage_perc)`, against
+    /// `target` (0 to 1).
+    pub fn on_kv_cache(bounds: Bounds, target: f64) -> Self {
+        let metric =
+            json!({"metrics": [{"name": "kv-cache", "query": "…", "target": target.to_string()}]});
+        let mut operator = Self::with(bounds, metric);
+        operator.reads_kv_cache = true;
+        operator.label = format!("llmscaleoperator (target {target}, KV)");
+        operator
     }
 
     /// The spec this entrant runs, as a user would have written it.
@@ -166,7 +181,15 @@ impl Policy for Operator {
         let activation = gateway
             .map(|g| g + in_flight)
             .ok_or_else(|| SkipReason::Unavailable(Unreadable::new(NoSeries)));
+        let kv = view.metrics.latest(view.now, Gauge::KvUsage);
         let value = match gateway {
+            _ if self.reads_kv_cache => {
+                if kv.is_empty() {
+                    Err(SkipReason::Unavailable(Unreadable::new(NoSeries)))
+                } else {
+                    Ok(kv.iter().map(|(_, v)| v).sum::<f64>() / kv.len() as f64)
+                }
+            }
             None if running.is_empty() => Err(SkipReason::Unavailable(Unreadable::new(NoSeries))),
             _ => {
                 let total = in_flight + gateway.unwrap_or(0.0);

@@ -64,9 +64,12 @@ fn fail(path: &Path) -> impl Fn(String) -> ChartError + '_ {
 /// Replica-hours (x) against SLO attainment (y).
 pub fn pareto(path: &Path, title: &str, points: &[ParetoPoint]) -> Result<(), ChartError> {
     let err = fail(path);
-    let root = SVGBackend::new(path, (1000, 720)).into_drawing_area();
+    // Tall enough for the legend's line per point (a grid of many settings), the plot on top.
+    let height = (60 + 17 * points.len() as u32).max(720);
+    let root = SVGBackend::new(path, (1000, height)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
-    let (plot, legend) = root.split_horizontally(740);
+    let (left, legend) = root.split_horizontally(740);
+    let (plot, _) = left.split_vertically(720);
     let finite = |v: f64| v.is_finite();
     let xs: Vec<f64> = points
         .iter()
@@ -91,7 +94,7 @@ pub fn pareto(path: &Path, title: &str, points: &[ParetoPoint]) -> Result<(), Ch
     chart
         .configure_mesh()
         .x_desc("replica-hours (GPU pods × hours, mean over seeds)")
-        .y_desc("requests within the TTFT SLO (%)")
+        .y_desc("goodput: requests within the TTFT and TPOT objectives (%)")
         .label_style((FONT, 13))
         .draw()
         .map_err(|e| err(e.to_string()))?;
@@ -128,9 +131,6 @@ pub fn pareto(path: &Path, title: &str, points: &[ParetoPoint]) -> Result<(), Ch
         .map_err(|e| err(e.to_string()))?;
     y += 22;
     for (n, p) in sorted.iter().enumerate() {
-        if y > 700 {
-            break;
-        }
         let c = colour(&p.family);
         let style = if p.default {
             c.filled()

@@ -113,8 +113,10 @@ impl AibrixConfig {
 
     fn label(&self, name: &str, kpa: bool) -> String {
         let mut parts = Vec::new();
-        if self.shipped {
-            parts.push("as shipped".to_string());
+        // The code as shipped is what users run: it is the plain name; the docs' intent, where
+        // the code differs from them, is the variant.
+        if !self.shipped {
+            parts.push("documented intent".to_string());
         }
         if self.target != REFERENCE_TARGET {
             parts.push(format!("target {}", num(self.target)));
@@ -550,7 +552,7 @@ mod tests {
         let mut fleet = Fleet::with_ready(2);
         fleet.sample_all(9.5, 64.0, 0.5);
         let mut apa = AibrixApa::new(config);
-        assert_eq!(apa.label(), "AIBrix APA");
+        assert_eq!(apa.label(), "AIBrix APA (documented intent)");
         assert_eq!(apa.decide(&fleet.view(10.0, 2)), 4);
     }
 
@@ -585,7 +587,7 @@ mod tests {
         assert_eq!(kpa_counts(4, 17.0, 17.0, &intent), (4, 4));
         assert_eq!(kpa_counts(4, 17.0, 17.0, &shipped), (4, 4));
         let kpa = AibrixKpa::new(shipped);
-        assert_eq!(kpa.label(), "AIBrix KPA (as shipped)");
+        assert_eq!(kpa.label(), "AIBrix KPA");
     }
 
     #[test]
