@@ -346,6 +346,16 @@ fn assert_on_grid(action: &Action, uid: &str, period_s: u64) {
     );
 }
 
+/// Serves `app` on a loopback port of its own; its address.
+async fn serve(app: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{address}")
+}
+
 /// A Prometheus that answers every query with one series of value `value`.
 async fn prometheus(value: f64) -> String {
     let reply = json!({ "status": "success", "data": { "resultType": "vector",
@@ -354,12 +364,7 @@ async fn prometheus(value: f64) -> String {
         let reply = reply.clone();
         async move { axum::Json(reply) }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let address = listener.local_addr().expect("address");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    format!("http://{address}")
+    serve(app).await
 }
 
 /// A scaler, the fake apiserver and a context, built step by step.
@@ -1022,12 +1027,7 @@ async fn prometheus_reading(reading: Arc<Mutex<Option<f64>>>) -> String {
                 "data": { "resultType": "vector", "result": result } }))
         }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let address = listener.local_addr().expect("address");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    format!("http://{address}")
+    serve(app).await
 }
 
 /// The same readings, fed to the controller (whole syncs, the status stored between them as the
@@ -1190,11 +1190,7 @@ async fn the_deletion_cost_query_is_read_and_counted_like_every_query() {
             ),
         )
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let server = format!("http://{}", listener.local_addr().expect("address"));
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let server = serve(app).await;
 
     let h = Harness::leader(FakeApi::default().with_deployment("vllm", 6));
     let spec = json!({

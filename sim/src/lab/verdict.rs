@@ -308,19 +308,9 @@ mod tests {
     fn cell(op: &[(u64, f64, u32)]) -> Vec<Runs> {
         vec![
             setting("llmscaleoperator", "operator", true, op),
-            setting(
-                "HPA",
-                "HPA",
-                true,
-                &[(992, 10.0, 2), (992, 10.0, 2), (992, 10.0, 2)],
-            ),
+            setting("HPA", "HPA", true, &[(992, 10.0, 2); 3]),
             setting("HPA (target 8)", "HPA", false, &[(999, 20.0, 1); 3]),
-            setting(
-                "KEDA",
-                "KEDA",
-                true,
-                &[(991, 12.0, 1), (991, 12.0, 1), (991, 12.0, 1)],
-            ),
+            setting("KEDA", "KEDA", true, &[(991, 12.0, 1); 3]),
             setting("WVA", "WVA", true, &[(700, 4.0, 1); 3]),
             setting("oracle", "oracle", true, &[(1000, 5.0, 0); 3]),
         ]
