@@ -412,6 +412,21 @@ impl Harness {
             .expect("the sync completes")
     }
 
+    /// Syncs `scaler`, then stores into it the status the sync wrote, as the apiserver applies
+    /// a merge patch: the next sync reads what this one left.
+    async fn sync_and_store(&self, scaler: &mut Value) -> Action {
+        let before = self.api.writes().len();
+        let action = self.sync(scaler).await;
+        if let Some(patch) = self.api.writes()[before..]
+            .iter()
+            .rev()
+            .find(|s| s.path.ends_with("/status"))
+        {
+            merge(&mut scaler["status"], &patch.body["status"]);
+        }
+        action
+    }
+
     fn cached(&self, name: &str) -> Option<crate::metric_cache::ScalerSnapshot> {
         self.cache.get(&ScalerKey {
             namespace: NS.to_owned(),
@@ -651,7 +666,7 @@ async fn spec_notices_are_told_once_and_a_settled_sync_writes_nothing() {
 
     // The next syncs see the status they wrote: settled, nothing new to tell.
     let mut stored = scaler.clone();
-    stored["status"] = h.api.status().expect("status");
+    merge(&mut stored["status"], &h.api.status().expect("status"));
     let before = h.api.writes().len();
     for _ in 0..3 {
         h.sync(&stored).await;
@@ -682,8 +697,7 @@ async fn a_broken_signal_is_told_when_it_begins_and_when_it_changes_not_every_sy
             .count()
     };
     for _ in 0..4 {
-        h.sync(&stored).await;
-        stored["status"] = h.api.status().expect("status");
+        h.sync_and_store(&mut stored).await;
     }
     assert_eq!(told(&h.api, "MetricSkipped"), 2, "one per metric, once");
     assert_eq!(told(&h.api, "ScalingHeld"), 1);
@@ -693,8 +707,7 @@ async fn a_broken_signal_is_told_when_it_begins_and_when_it_changes_not_every_sy
     // their series).
     let fine = prometheus(1.0).await;
     stored["spec"]["serverAddress"] = json!(fine);
-    h.sync(&stored).await;
-    stored["status"] = h.api.status().expect("status");
+    h.sync_and_store(&mut stored).await;
     stored["spec"]["serverAddress"] = json!(broken);
     h.sync(&stored).await;
     assert_eq!(h.api.event_repeats(), 3);
@@ -711,8 +724,7 @@ async fn a_held_scale_down_is_told_when_it_begins_and_when_it_changes_not_every_
     );
     let mut stored = scaler.clone();
     for _ in 0..4 {
-        h.sync(&stored).await;
-        stored["status"] = h.api.status().expect("status");
+        h.sync_and_store(&mut stored).await;
     }
     let held = |api: &FakeApi| -> Vec<String> {
         api.events()
@@ -1111,18 +1123,10 @@ async fn the_controller_and_the_lab_entrant_decide_alike() {
             *reading.lock().unwrap_or_else(PoisonError::into_inner) = *value;
 
             let writes = h.api.scale_writes("vllm").len();
-            let patches = h.api.writes().len();
-            h.sync(&scaler).await;
+            // What the apiserver stores is what the next sync reads.
+            h.sync_and_store(&mut scaler).await;
             let wrote = h.api.scale_writes("vllm").get(writes).copied();
             by_controller.push(wrote.unwrap_or(i64::from(PODS)));
-            // What the apiserver stores is what the next sync reads.
-            if let Some(patch) = h.api.writes()[patches..]
-                .iter()
-                .rev()
-                .find(|s| s.path.ends_with("/status"))
-            {
-                merge(&mut scaler["status"], &patch.body["status"]);
-            }
 
             let mut scrapes = Scrapes::new();
             for pod in value.iter().flat_map(|v| {
