@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use crate::lab::exported::Exported;
 use crate::lab::workload::Prefix;
 
 /// What one pod of the fleet is: the lab's default is an 8B model in bf16 on one 24 GB GPU
@@ -90,6 +91,8 @@ struct Seq {
     /// Tokens it holds in the KV cache.
     kv: u32,
     first_token: Option<f64>,
+    /// Scheduled once already (its queue time is observed at the first time only).
+    scheduled: bool,
 }
 
 impl Seq {
@@ -141,6 +144,8 @@ pub struct Engine {
     /// The warmth's decay per tick, for the last tick length seen.
     decay: (f64, f64),
     pub preemptions: u64,
+    /// The histograms and counters the pod exports.
+    exported: Exported,
 }
 
 /// The decay constant of [`Engine::warmth`].
@@ -160,7 +165,13 @@ impl Engine {
             clock: 0.0,
             decay: (0.0, 1.0),
             preemptions: 0,
+            exported: Exported::default(),
         }
+    }
+
+    /// The latency histograms and token counters the pod has exported so far.
+    pub fn exported(&self) -> &Exported {
+        &self.exported
     }
 
     /// Requests running (admitted, prefilling or decoding): `vllm:num_requests_running`.
@@ -203,6 +214,7 @@ impl Engine {
             output: a.output.max(1),
             kv: 0,
             first_token: None,
+            scheduled: false,
         });
     }
 
@@ -285,6 +297,7 @@ impl Engine {
         };
         let at = self.clock + duration * f64::from(steps);
         let mut done = Vec::new();
+        let mut decoded = 0_u64;
         for (i, seq) in self.running.iter_mut().enumerate() {
             let fresh = prefilled.contains(&i);
             if fresh {
@@ -297,6 +310,9 @@ impl Engine {
                     request: seq.request,
                     at,
                 });
+                self.exported.ttft.observe_n(at - seq.arrived, 1);
+                self.exported.prompt_tokens += u64::from(seq.prompt);
+                self.exported.generation_tokens += 1;
                 if let Some(prefix) = seq.prefix {
                     self.pending_prefixes.push(prefix);
                 }
@@ -304,6 +320,8 @@ impl Engine {
             } else if seq.prefill_left > 0 {
                 continue;
             } else {
+                // Each of these tokens came one step after the one before it.
+                decoded += u64::from(steps.min(seq.output_left));
                 seq.output_left = seq.output_left.saturating_sub(steps);
                 seq.kv += steps;
             }
@@ -318,6 +336,9 @@ impl Engine {
                 done.push(i);
             }
         }
+        // One observation per token, all of the step's length.
+        self.exported.itl.observe_n(duration, decoded);
+        self.exported.generation_tokens += decoded;
         for i in done.into_iter().rev() {
             self.running.remove(i);
         }
@@ -375,6 +396,10 @@ impl Engine {
                 seq.prefill_left -= hit;
                 seq.kv += hit;
                 self.warmth += f64::from(hit);
+            }
+            if !seq.scheduled {
+                seq.scheduled = true;
+                self.exported.queue.observe_n(now - seq.arrived, 1);
             }
             self.kv_pages += pages;
             self.running.push(seq);

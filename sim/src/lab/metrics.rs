@@ -5,6 +5,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use crate::lab::exported::Exported;
+
 /// Prometheus' default look-back for an instant query.
 pub const LOOKBACK: f64 = 300.0;
 /// Samples older than this are dropped: no query in the lab looks further back.
@@ -63,6 +65,8 @@ pub struct Scrapes {
     /// Requests the router holds because no pod could take them (a gateway's queue, or an
     /// activator's buffer while a fleet is at zero).
     gateway: VecDeque<(f64, f64)>,
+    /// Each pod's histograms and token counters, scraped with its gauges.
+    exported: BTreeMap<u64, VecDeque<(f64, Exported)>>,
 }
 
 impl Scrapes {
@@ -95,6 +99,33 @@ impl Scrapes {
     /// at the first failed scrape; the lab drops the series at once).
     pub fn forget(&mut self, pod: u64) {
         self.pods.remove(&pod);
+        self.exported.remove(&pod);
+    }
+
+    /// The histograms and counters of `pod` scraped at `at`.
+    pub fn record_exported(&mut self, pod: u64, at: f64, exported: Exported) {
+        let series = self.exported.entry(pod).or_default();
+        series.push_back((at, exported));
+        while series.front().is_some_and(|(t, _)| *t < at - RETENTION) {
+            series.pop_front();
+        }
+    }
+
+    /// What every live pod exported over `window` at `now`, summed over pods: per pod, its
+    /// newest scrape in the window less its oldest (`sum(increase(...[window]))` without
+    /// Prometheus's extrapolation to the window's edges; a pod with one scrape in it adds
+    /// nothing). Latency quantiles are read from it as `histogram_quantile` reads them.
+    pub fn increase(&self, now: f64, window: f64) -> Exported {
+        let mut total = Exported::default();
+        for series in self.exported.values() {
+            // Scrapes are in time order: the first after the window opens, the last before now.
+            let from = series.partition_point(|(t, _)| *t <= now - window);
+            let to = series.partition_point(|(t, _)| *t <= now);
+            if to > from + 1 {
+                total.add(&series[to - 1].1.since(&series[from].1));
+            }
+        }
+        total
     }
 
     /// The instant vector of `gauge` at `now`: each live pod's newest sample within the look-back.

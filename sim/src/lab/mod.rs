@@ -4,6 +4,7 @@
 
 pub mod chart;
 pub mod engine;
+pub mod exported;
 pub mod metrics;
 pub mod oracle;
 pub mod peers;

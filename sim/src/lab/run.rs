@@ -395,6 +395,11 @@ impl Sim {
                         kv_usage: pod.engine.kv_usage(),
                     },
                 );
+                self.scrapes.record_exported(
+                    pod.state.id,
+                    pod.next_scrape,
+                    pod.engine.exported().clone(),
+                );
                 pod.next_scrape += self.scrape_interval;
             }
         }
@@ -615,6 +620,73 @@ mod tests {
         );
         assert_eq!(strict.judged, lenient.judged);
         assert_eq!(strict.met + strict.slow_streams, lenient.met);
+    }
+
+    /// Reads the fleet's latency from the scraped histograms, as a policy would in a cluster.
+    struct LatencyReader {
+        pods: u32,
+        /// (p99 TTFT, median ITL, generation tokens) over the last minute, at each decision.
+        seen: Vec<(Option<f64>, Option<f64>, u64)>,
+    }
+
+    impl Policy for LatencyReader {
+        fn label(&self) -> String {
+            "latency reader".into()
+        }
+        fn period(&self) -> f64 {
+            60.0
+        }
+        fn decide(&mut self, view: &View<'_>) -> u32 {
+            let minute = view.metrics.increase(view.now, 60.0);
+            self.seen.push((
+                minute.ttft.quantile(0.99),
+                minute.itl.quantile(0.5),
+                minute.generation_tokens,
+            ));
+            self.pods
+        }
+    }
+
+    /// The scrapes carry vLLM's histograms and counters: the latency a policy reads from them
+    /// is the latency the requests had.
+    #[test]
+    fn the_scraped_histograms_tell_the_latency_the_requests_had() {
+        let requests = generate_at_rate(Shape::Conversation, 1, 4.0, 900.0);
+        let read = |pods: u32| {
+            let mut reader = LatencyReader {
+                pods,
+                seen: Vec::new(),
+            };
+            let outcome = run(&requests, 900.0, None, &mut reader, &setup(pods), 1);
+            (reader.seen, outcome)
+        };
+        // Plenty of pods: first tokens well within a second, tokens a step (about 50 ms) apart.
+        let (calm, calm_outcome) = read(8);
+        let late: Vec<_> = calm[2..].iter().collect();
+        assert!(
+            late.iter().all(|(p99, _, _)| p99.is_some_and(|v| v < 1.0)),
+            "{calm:?}"
+        );
+        assert!(
+            late.iter()
+                .all(|(_, itl, _)| itl.is_some_and(|v| (0.025..=0.1).contains(&v))),
+            "{calm:?}"
+        );
+        // A minute's tokens at 4 requests/s of ~140-token answers: thousands.
+        assert!(
+            late.iter().all(|(_, _, tokens)| *tokens > 5_000),
+            "{calm:?}"
+        );
+        assert!(calm_outcome.ttft_p99 < 1.0, "{calm_outcome:?}");
+        // One pod for the same load: the queue grows and the histograms say so.
+        let (swamped, swamped_outcome) = read(1);
+        assert!(swamped_outcome.ttft_p99 > 2.0, "{swamped_outcome:?}");
+        assert!(
+            swamped[2..]
+                .iter()
+                .any(|(p99, _, _)| p99.is_some_and(|v| v > 2.0)),
+            "{swamped:?}"
+        );
     }
 
     /// Grows the fleet at its first decision and records what it is shown.
