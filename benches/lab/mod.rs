@@ -346,8 +346,8 @@ pub struct Lab {
 
 impl Lab {
     /// Every trace (the real Azure logs beside the project, when they are there, and every
-    /// synthetic shape), every start-up delay, 10 seeds (about 13 minutes on 2 cores; 20 give
-    /// tighter intervals in twice the time), every core; the report in
+    /// synthetic shape), every start-up delay, 8 seeds (about 13 minutes on 2 cores; 20 give
+    /// tighter intervals in 2.5 times as long), every core; the report in
     /// target/bench/lab.
     pub fn full() -> Self {
         let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -365,7 +365,7 @@ impl Lab {
         }
         traces.extend(Shape::ALL.map(Trace::Synthetic));
         Self {
-            seeds: 10,
+            seeds: 8,
             traces,
             notes,
             delays: vec![60.0, 180.0, 300.0],

@@ -5,24 +5,33 @@
 
 use crate::fleet::{ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS};
 
+/// The most bounds a histogram has (vLLM's TTFT histogram: 22).
+const MAX_BOUNDS: usize = 22;
+
 /// A histogram kept as counts per bucket (the last is +Inf), cheap to observe into on every
-/// scheduler step; [`Buckets::cumulative`] is what a scrape would read.
-#[derive(Debug, Clone, PartialEq)]
+/// scheduler step and to copy at every scrape (no allocation); [`Buckets::cumulative`] is what a
+/// scrape would read.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Buckets {
     pub bounds: &'static [f64],
     /// `counts[i]` observations fell in `(bounds[i-1], bounds[i]]`; `counts[bounds.len()]` above
-    /// the last bound.
-    pub counts: Vec<u64>,
+    /// the last bound; the rest unused.
+    counts: [u64; MAX_BOUNDS + 1],
     pub sum: f64,
 }
 
 impl Buckets {
+    /// A histogram over `bounds` (at most 22 of them; more are left out).
     pub fn new(bounds: &'static [f64]) -> Self {
         Self {
-            bounds,
-            counts: vec![0; bounds.len() + 1],
+            bounds: &bounds[..bounds.len().min(MAX_BOUNDS)],
+            counts: [0; MAX_BOUNDS + 1],
             sum: 0.0,
         }
+    }
+
+    fn used(&self) -> &[u64] {
+        &self.counts[..=self.bounds.len()]
     }
 
     /// `n` observations of `value`.
@@ -36,7 +45,7 @@ impl Buckets {
     }
 
     pub fn count(&self) -> u64 {
-        self.counts.iter().sum()
+        self.used().iter().sum()
     }
 
     /// `(le, observations <= le)` for each bound, then `(+Inf, count)`.
@@ -46,7 +55,7 @@ impl Buckets {
             .iter()
             .copied()
             .chain(std::iter::once(f64::INFINITY))
-            .zip(&self.counts)
+            .zip(self.used())
             .map(|(le, c)| {
                 total += c;
                 (le, total)
@@ -57,20 +66,15 @@ impl Buckets {
     /// What was observed since `earlier` (a counter's increase; a reset reads as all of it).
     pub fn since(&self, earlier: &Buckets) -> Buckets {
         let reset = self.count() < earlier.count();
+        let mut counts = self.counts;
+        if !reset {
+            for (now, then) in counts.iter_mut().zip(&earlier.counts) {
+                *now = now.saturating_sub(*then);
+            }
+        }
         Buckets {
             bounds: self.bounds,
-            counts: self
-                .counts
-                .iter()
-                .zip(&earlier.counts)
-                .map(|(now, then)| {
-                    if reset {
-                        *now
-                    } else {
-                        now.saturating_sub(*then)
-                    }
-                })
-                .collect(),
+            counts,
             sum: if reset {
                 self.sum
             } else {
@@ -118,7 +122,7 @@ impl Buckets {
 }
 
 /// One pod's exported histograms and counters, as of a moment.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Exported {
     /// `vllm:time_to_first_token_seconds`, from the request's arrival at the pod.
     pub ttft: Buckets,
@@ -206,7 +210,7 @@ mod tests {
         let mut pod = Exported::default();
         pod.ttft.observe_n(0.3, 5);
         pod.generation_tokens = 100;
-        let earlier = pod.clone();
+        let earlier = pod;
         pod.ttft.observe_n(3.0, 2);
         pod.generation_tokens = 160;
         let increase = pod.since(&earlier);

@@ -395,11 +395,8 @@ impl Sim {
                         kv_usage: pod.engine.kv_usage(),
                     },
                 );
-                self.scrapes.record_exported(
-                    pod.state.id,
-                    pod.next_scrape,
-                    pod.engine.exported().clone(),
-                );
+                self.scrapes
+                    .record_exported(pod.state.id, pod.next_scrape, *pod.engine.exported());
                 pod.next_scrape += self.scrape_interval;
             }
         }
