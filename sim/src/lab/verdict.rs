@@ -59,20 +59,18 @@ pub fn cheapest_at(runs: &[Runs], family: &str, level: f64) -> Option<Cheapest> 
     let (high, _, a1) = frontier[reached];
     let per_seed =
         |r: &Runs| -> Vec<f64> { r.outcomes.iter().map(Outcome::replica_hours).collect() };
-    let Some(&(low, _, a0)) = reached.checked_sub(1).and_then(|i| frontier.get(i)) else {
+    // The setting itself: the cheapest setting already reaches the level (no extrapolation
+    // below it), it lands on the level exactly, or the two settings' seeds do not pair.
+    let below = reached.checked_sub(1).and_then(|i| frontier.get(i));
+    let Some(&(low, _, a0)) =
+        below.filter(|(low, _, _)| a1 > level && low.outcomes.len() == high.outcomes.len())
+    else {
         return Some(Cheapest {
             family: family.to_owned(),
             setting: high.label.clone(),
             hours: per_seed(high),
         });
     };
-    if a1 <= level || low.outcomes.len() != high.outcomes.len() {
-        return Some(Cheapest {
-            family: family.to_owned(),
-            setting: high.label.clone(),
-            hours: per_seed(high),
-        });
-    }
     let w = (level - a0) / (a1 - a0);
     let hours = per_seed(low)
         .into_iter()
