@@ -23,6 +23,7 @@ use std::time::Instant;
 use std::path::PathBuf;
 
 use lab::{Lab, run_lab};
+use llmscaleoperator_sim::lab::engine::PodProfile;
 use llmscaleoperator_sim::lab::traces::Trace;
 use llmscaleoperator_sim::lab::workload::Shape;
 
@@ -71,6 +72,15 @@ fn parse_args() -> Lab {
                 lab.families = Some(it.next().unwrap().split(',').map(str::to_owned).collect());
             }
             "--print-timelines" => lab.print_timelines = true,
+            "--profile" => {
+                let name = it.next().unwrap();
+                lab.profile = PodProfile::parse(&name).unwrap_or_else(|| {
+                    panic!(
+                        "unknown pod profile {name}: one of {}",
+                        PodProfile::ALL.map(|p| p.name).join(", ")
+                    )
+                });
+            }
             // cargo bench passes --bench to every bench binary.
             _ => {}
         }

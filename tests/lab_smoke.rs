@@ -165,6 +165,7 @@ fn the_operator_entrant_runs_the_whole_law_fallback_included() {
         .map(|id| PodState {
             id,
             created: 0.0,
+            running_at: Some(0.0),
             ready_at: Some(1.0),
         })
         .collect();

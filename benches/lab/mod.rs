@@ -341,6 +341,8 @@ pub struct Lab {
     pub families: Option<Vec<String>>,
     /// Also print the timelines as text (one line per minute).
     pub print_timelines: bool,
+    /// The pod every fleet is made of.
+    pub profile: PodProfile,
     pub out: PathBuf,
 }
 
@@ -373,6 +375,7 @@ impl Lab {
             duration: None,
             families: None,
             print_timelines: false,
+            profile: PodProfile::default(),
             out: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench/lab"),
         }
     }
@@ -381,7 +384,7 @@ impl Lab {
 /// The report's markdown (also written to `out/README.md`).
 pub fn run_lab(lab: &Lab) -> String {
     let started = Instant::now();
-    let profile = PodProfile::default();
+    let profile = lab.profile;
     let setup = FleetSetup {
         profile,
         ..FleetSetup::default()
@@ -390,6 +393,21 @@ pub fn run_lab(lab: &Lab) -> String {
         .traces
         .iter()
         .map(|t| per_pod_capacity(t, &setup))
+        .collect();
+    // A shape's rates are set for the default pod: on another, they are multiplied by what this
+    // pod serves of the shape over what the default one does, so fleets span the same pods.
+    let traffic: Vec<f64> = lab
+        .traces
+        .iter()
+        .zip(&capacities)
+        .map(|(t, capacity)| {
+            let reference = FleetSetup::default();
+            if matches!(t, Trace::Log(_)) || reference.profile == profile {
+                1.0
+            } else {
+                capacity / per_pod_capacity(t, &reference)
+            }
+        })
         .collect();
     // (trace index, delay, seed)
     let units: Vec<(usize, f64, u64)> = (0..lab.traces.len())
@@ -416,7 +434,7 @@ pub fn run_lab(lab: &Lab) -> String {
                         return;
                     };
                     let trace = &lab.traces[t];
-                    let unit = run_unit(lab, trace, delay, seed, &setup, capacities[t]);
+                    let unit = run_unit(lab, trace, delay, seed, &setup, capacities[t], traffic[t]);
                     {
                         let mut clipped = clipped.lock().unwrap();
                         let seen = clipped.entry(t).or_default();
@@ -632,8 +650,9 @@ fn run_unit(
     seed: u64,
     setup: &FleetSetup,
     capacity: f64,
+    traffic: f64,
 ) -> Unit {
-    let (requests, clipped) = shape.requests(seed, capacity, &setup.profile);
+    let (requests, clipped) = shape.requests(seed, capacity, traffic, &setup.profile);
     let replayed = requests.len();
     let bounds = Bounds {
         min: u32::from(!shape.scales_to_zero()),

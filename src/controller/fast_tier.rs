@@ -1112,6 +1112,7 @@ async fn the_controller_and_the_lab_entrant_decide_alike() {
             .map(|id| PodState {
                 id,
                 created: 0.0,
+                running_at: Some(0.0),
                 ready_at: Some(0.0),
             })
             .collect();

@@ -1,6 +1,6 @@
 //! One vLLM pod, request by request: continuous batching with a per-step token budget, a KV cache
 //! that fills by pages and binds (the newest request is preempted and recomputed when it is
-//! full), and a prefix cache whose hits skip part of the prefill.
+//! full), and a prefix cache in the KV cache's free pages whose hits skip part of the prefill.
 //!
 //! The pod runs scheduler steps one after another while it has work, as vLLM's engine loop does.
 //! A step costs a fixed part (reading the weights), a part per running sequence and per cached
@@ -13,12 +13,19 @@ use std::collections::{BTreeMap, VecDeque};
 use crate::lab::exported::Exported;
 use crate::lab::workload::Prefix;
 
-/// What one pod of the fleet is: the lab's default is an 8B model in bf16 on one 24 GB GPU
-/// (L4-class): about 32k tokens of KV cache, ≈20 tokens/s for a lone sequence, ≈5k prefill
-/// tokens/s.
+/// What one pod of the fleet is: a model on a GPU, as vLLM serves it with its defaults.
+///
+/// Every constant comes from a published figure or from arithmetic on published figures, named
+/// where it is set ([`PodProfile::L4_LLAMA_8B`], [`PodProfile::L40S_LLAMA_8B`]). The model is
+/// Llama-3.1-8B-Instruct in bf16: 8.03 billion parameters, so 16.06 GB of weights to read every
+/// decode step and ≈16.06 GFLOP (two per parameter) to prefill a token; 32 layers × 8 KV heads ×
+/// 128 dimensions × (K, V) × 2 bytes = 128 KiB of KV cache per token (its `config.json`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PodProfile {
-    /// KV-cache capacity in tokens (a whole number of pages).
+    /// The card and model, as the report names them (`--profile` takes it).
+    pub name: &'static str,
+    /// KV-cache capacity in tokens (a whole number of pages), shared by the running requests and
+    /// the prefix cache (vLLM's automatic prefix caching keeps freed pages until they are needed).
     pub kv_tokens: u32,
     /// Tokens per KV page (vLLM's block size).
     pub page: u32,
@@ -34,23 +41,99 @@ pub struct PodProfile {
     pub per_kilo_kv: f64,
     /// Seconds per prefill token.
     pub per_prefill_token: f64,
-    /// Tokens of prefixes the prefix cache keeps (least recently used goes first).
-    pub prefix_cache_tokens: u32,
+    /// Seconds of a pod's start-up spent Running but not Ready: loading the weights, compiling
+    /// and capturing CUDA graphs. The rest of the start-up (scheduling, a node, the image) is
+    /// spent Pending.
+    pub model_load: f64,
+}
+
+/// Bytes of weights of Llama-3.1-8B in bf16 (8.03e9 parameters × 2 bytes).
+const LLAMA_8B_WEIGHTS: f64 = 16.06e9;
+/// FLOPs to prefill one token of Llama-3.1-8B (2 per parameter).
+const LLAMA_8B_FLOP_PER_TOKEN: f64 = 2.0 * 8.03e9;
+/// Bytes of KV cache per token of Llama-3.1-8B in bf16 (32 × 8 × 128 × 2 × 2).
+const LLAMA_8B_KV_BYTES: f64 = 131_072.0;
+/// Share of its peak memory bandwidth a decode step's reads achieve (memory-bound kernels
+/// typically reach 80–90% of the datasheet figure).
+const BANDWIDTH_EFFICIENCY: f64 = 0.85;
+/// Share of its dense bf16 peak a prefill achieves (model FLOPs utilisation of chunked prefill
+/// at 2,048-token chunks; 40–50% is what serving engines report).
+const PREFILL_MFU: f64 = 0.45;
+/// Memory vLLM keeps besides weights and KV cache: the activations of its profiling run at
+/// `--max-num-batched-tokens`, CUDA graphs and the non-torch allocations (an estimate; vLLM prints
+/// the KV-cache size it derived at start-up, which a user should read off their own pods).
+const RUNTIME_RESERVE_GIB: f64 = 2.0;
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+/// KV-cache tokens vLLM allocates for Llama-3.1-8B on a card of `visible_gib` usable memory at its
+/// default `--gpu-memory-utilization 0.9`, in whole 16-token pages.
+const fn kv_tokens_for(visible_gib: f64) -> u32 {
+    let kv_bytes = (visible_gib * 0.9 - LLAMA_8B_WEIGHTS / GIB - RUNTIME_RESERVE_GIB) * GIB;
+    let pages = (kv_bytes / LLAMA_8B_KV_BYTES / 16.0) as u32;
+    pages * 16
+}
+
+impl PodProfile {
+    /// Llama-3.1-8B-Instruct in bf16 on one NVIDIA L4 (24 GB GDDR6 at 300 GB/s, 121 TFLOPS dense
+    /// bf16: NVIDIA's L4 datasheet; 22.49 GiB visible to CUDA), served by vLLM with its defaults
+    /// for a card under 70 GiB (`EngineArgs.get_batch_defaults` in vllm/engine/arg_utils.py: 2,048
+    /// batched tokens and 256 sequences for the OpenAI server).
+    pub const L4_LLAMA_8B: PodProfile = PodProfile {
+        name: "L4 / Llama-3.1-8B",
+        // (22.49 × 0.9 − 14.96 − 2.0) GiB of 128 KiB tokens ≈ 26.9k tokens.
+        kv_tokens: kv_tokens_for(22.49),
+        page: 16,
+        max_seqs: 256,
+        step_tokens: 2048,
+        // 16.06 GB at 300 GB/s × 0.85 ≈ 63 ms: ≈16 tokens/s for a lone stream.
+        step_base: LLAMA_8B_WEIGHTS / (300e9 * BANDWIDTH_EFFICIENCY),
+        // Sampling and scheduling per sequence (host side; an estimate).
+        per_seq: 0.0003,
+        // 1,000 tokens × 128 KiB at 300 GB/s × 0.85 ≈ 0.51 ms.
+        per_kilo_kv: 1000.0 * LLAMA_8B_KV_BYTES / (300e9 * BANDWIDTH_EFFICIENCY),
+        // 16.06 GFLOP at 121 TFLOPS × 0.45 ≈ 0.29 ms a token: ≈3.4k prefill tokens/s.
+        per_prefill_token: LLAMA_8B_FLOP_PER_TOKEN / (121e12 * PREFILL_MFU),
+        // Weights from the node's disk, torch.compile and CUDA-graph capture (an estimate).
+        model_load: 60.0,
+    };
+
+    /// The same model on one NVIDIA L40S (48 GB GDDR6 at 864 GB/s, 362 TFLOPS dense bf16:
+    /// NVIDIA's L40S datasheet; 44.99 GiB visible to CUDA), with the same vLLM defaults (the card
+    /// is under 70 GiB): the larger card, to show a result does not hang on one calibration.
+    pub const L40S_LLAMA_8B: PodProfile = PodProfile {
+        name: "L40S / Llama-3.1-8B",
+        // (44.99 × 0.9 − 14.96 − 2.0) GiB ≈ 193k tokens.
+        kv_tokens: kv_tokens_for(44.99),
+        page: 16,
+        max_seqs: 256,
+        step_tokens: 2048,
+        // ≈ 22 ms.
+        step_base: LLAMA_8B_WEIGHTS / (864e9 * BANDWIDTH_EFFICIENCY),
+        per_seq: 0.0003,
+        // ≈ 0.18 ms.
+        per_kilo_kv: 1000.0 * LLAMA_8B_KV_BYTES / (864e9 * BANDWIDTH_EFFICIENCY),
+        // ≈ 0.10 ms a token.
+        per_prefill_token: LLAMA_8B_FLOP_PER_TOKEN / (362e12 * PREFILL_MFU),
+        model_load: 45.0,
+    };
+
+    pub const ALL: [PodProfile; 2] = [Self::L4_LLAMA_8B, Self::L40S_LLAMA_8B];
+
+    /// The profile whose card (`l4`, `l40s`) or full name is `name`.
+    pub fn parse(name: &str) -> Option<PodProfile> {
+        Self::ALL.into_iter().find(|p| {
+            p.name.eq_ignore_ascii_case(name)
+                || p.name
+                    .split(' ')
+                    .next()
+                    .is_some_and(|card| card.eq_ignore_ascii_case(name))
+        })
+    }
 }
 
 impl Default for PodProfile {
     fn default() -> Self {
-        Self {
-            kv_tokens: 32_768,
-            page: 16,
-            max_seqs: 128,
-            step_tokens: 2048,
-            step_base: 0.045,
-            per_seq: 0.0003,
-            per_kilo_kv: 0.0004,
-            per_prefill_token: 0.0002,
-            prefix_cache_tokens: 32_768,
-        }
+        Self::L4_LLAMA_8B
     }
 }
 
@@ -58,9 +141,11 @@ impl std::fmt::Display for PodProfile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} KV tokens in {}-token pages, at most {} sequences and {} tokens a step; a step \
-             costs {} ms + {} ms per sequence + {} ms per 1,000 cached tokens + {} ms per prefill \
-             token; a prefix cache of {} tokens",
+            "{}: {} KV tokens in {}-token pages (the prefix cache lives in them), at most {} \
+             sequences and {} tokens a step; a step costs {:.1} ms + {} ms per sequence + {:.2} \
+             ms per 1,000 cached tokens + {:.3} ms per prefill token; {} s of its start-up loading \
+             the model",
+            self.name,
             self.kv_tokens,
             self.page,
             self.max_seqs,
@@ -69,7 +154,7 @@ impl std::fmt::Display for PodProfile {
             self.per_seq * 1000.0,
             self.per_kilo_kv * 1000.0,
             self.per_prefill_token * 1000.0,
-            self.prefix_cache_tokens
+            self.model_load
         )
     }
 }
@@ -348,6 +433,7 @@ impl Engine {
         self.kv_pages = self.running.iter().map(|s| s.pages(p.page)).sum();
         self.clock = at;
         self.preempt_overflow();
+        self.evict_prefixes();
     }
 
     /// How many identical decode-only steps of `duration` can run before something changes.
@@ -403,6 +489,7 @@ impl Engine {
             }
             self.kv_pages += pages;
             self.running.push(seq);
+            self.evict_prefixes();
         }
     }
 
@@ -430,18 +517,47 @@ impl Engine {
         }
         self.prefixes.insert(id, (tokens, now));
         self.prefix_tokens += tokens;
-        while self.prefix_tokens > self.profile.prefix_cache_tokens && self.prefixes.len() > 1 {
+    }
+
+    /// The prefix cache lives in the KV pool, as vLLM's automatic prefix caching does: a prefix
+    /// no running request holds keeps its pages only while they are free, and when the running
+    /// requests need them the least recently used prefix goes first. So a busy pod loses its
+    /// cached prefixes exactly when it is busy.
+    fn evict_prefixes(&mut self) {
+        let p = self.profile;
+        let free = p.kv_tokens.saturating_sub(self.kv_pages * p.page);
+        if self.prefix_tokens <= free {
+            return;
+        }
+        // A prefix a running request holds is in that request's pages already.
+        let mut held: Vec<u32> = self
+            .running
+            .iter()
+            .filter_map(|s| s.prefix.map(|x| x.id))
+            .collect();
+        held.sort_unstable();
+        held.dedup();
+        let is_held = |id: &u32| held.binary_search(id).is_ok();
+        let mut idle: u32 = self
+            .prefixes
+            .iter()
+            .filter(|(id, _)| !is_held(id))
+            .map(|(_, (tokens, _))| tokens)
+            .sum();
+        while idle > free {
             // The least recently used; the lowest id among equals, so a run is repeatable.
             let Some(oldest) = self
                 .prefixes
                 .iter()
+                .filter(|(id, _)| !is_held(id))
                 .min_by(|a, b| a.1.1.total_cmp(&b.1.1))
                 .map(|(id, _)| *id)
             else {
                 return;
             };
-            if let Some((t, _)) = self.prefixes.remove(&oldest) {
-                self.prefix_tokens -= t;
+            if let Some((tokens, _)) = self.prefixes.remove(&oldest) {
+                self.prefix_tokens -= tokens;
+                idle -= tokens;
             }
         }
     }
@@ -489,14 +605,36 @@ mod tests {
 
     #[test]
     fn a_lone_request_streams_at_the_single_sequence_speed() {
-        let mut e = Engine::new(PodProfile::default());
+        let p = PodProfile::L4_LLAMA_8B;
+        let mut e = Engine::new(p);
         e.push(arrival(0, 0.0, 1000, 200));
         let done = serve(&mut e, 0.0);
         let (_, first, end) = done[0];
-        // Prefill of 1,000 tokens ≈ one step + 0.2 s.
-        assert!(first > 0.2 && first < 0.3, "{first}");
+        // 1,000 prefill tokens at ≈0.29 ms in one step that also reads the weights (≈63 ms).
+        assert!(first > 0.33 && first < 0.38, "{first}");
+        // An L4 reads the 16 GB of weights ≈16 times a second.
         let tpot = (end - first) / 199.0;
-        assert!(tpot > 0.04 && tpot < 0.06, "{tpot}");
+        assert!(tpot > 0.062 && tpot < 0.066, "{tpot}");
+    }
+
+    /// The larger card decodes a lone stream ≈2.9× faster (its bandwidth) and holds ≈7× the KV
+    /// cache (its memory less the same weights).
+    #[test]
+    fn the_larger_card_is_faster_and_holds_more() {
+        let tpot = |p: PodProfile| {
+            let mut e = Engine::new(p);
+            e.push(arrival(0, 0.0, 100, 101));
+            let (_, first, end) = serve(&mut e, 0.0)[0];
+            (end - first) / 100.0
+        };
+        let (l4, l40s) = (PodProfile::L4_LLAMA_8B, PodProfile::L40S_LLAMA_8B);
+        let speedup = tpot(l4) / tpot(l40s);
+        assert!(speedup > 2.7 && speedup < 3.0, "{speedup}");
+        assert_eq!(l4.kv_tokens, 26_896);
+        assert_eq!(l40s.kv_tokens, 192_784);
+        assert_eq!(PodProfile::parse("l40s"), Some(l40s));
+        assert_eq!(PodProfile::parse("L4 / Llama-3.1-8B"), Some(l4));
+        assert_eq!(PodProfile::parse("h100"), None);
     }
 
     #[test]
@@ -522,7 +660,7 @@ mod tests {
     fn a_full_kv_cache_queues_and_preempts() {
         let profile = PodProfile::default();
         let mut e = Engine::new(profile);
-        // 40 requests of 1,000 + 600 tokens need 64k tokens: twice the cache.
+        // 40 requests of 1,000 + 600 tokens need 64k tokens: more than twice the cache.
         for i in 0..40 {
             e.push(arrival(i, 0.0, 1000, 600));
         }
@@ -533,6 +671,37 @@ mod tests {
         let done = serve(&mut e, DT);
         assert_eq!(done.len(), 40, "every request finishes in the end");
         assert!(e.preemptions > 0, "the outputs outgrew the cache");
+    }
+
+    /// The prefix cache is the KV pool's free pages: a request that needs them evicts a
+    /// cached prefix, and the next request with that prefix prefills it again.
+    #[test]
+    fn a_busy_pod_loses_its_cached_prefixes() {
+        let small = PodProfile {
+            kv_tokens: 4096,
+            ..PodProfile::default()
+        };
+        let with_prefix = |request: usize, at: f64| Arrival {
+            prefix: Some(Prefix {
+                id: 7,
+                tokens: 2000,
+            }),
+            ..arrival(request, at, 2500, 2)
+        };
+        let has_prefix_after = |between: Option<Arrival>| {
+            let mut e = Engine::new(small);
+            e.push(with_prefix(0, 0.0));
+            serve(&mut e, 0.0);
+            assert!(e.has_prefix(7), "cached once its prefill is done");
+            if let Some(b) = between {
+                e.push(b);
+                serve(&mut e, 10.0);
+            }
+            e.has_prefix(7)
+        };
+        // 1,000 tokens fit beside the 2,000 cached; 3,000 do not.
+        assert!(has_prefix_after(Some(arrival(1, 10.0, 1000, 2))));
+        assert!(!has_prefix_after(Some(arrival(1, 10.0, 3000, 2))));
     }
 
     #[test]

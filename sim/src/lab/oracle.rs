@@ -186,9 +186,11 @@ mod tests {
     }
 
     #[test]
-    fn one_pod_serves_a_few_conversation_requests_a_second() {
+    fn one_l4_pod_serves_a_fraction_of_a_conversation_request_a_second() {
+        // Each request prefills ≈1,150 tokens (≈0.34 s of an L4) and streams ≈210 tokens, and
+        // a 2,048-token prefill chunk stalls every stream for ≈0.6 s: the TPOT objective binds.
         let conversation = Trace::Synthetic(crate::lab::workload::Shape::Conversation);
         let c = per_pod_capacity(&conversation, &FleetSetup::default());
-        assert!(c > 0.5 && c < 10.0, "{c}");
+        assert!(c > 0.2 && c < 1.0, "{c}");
     }
 }

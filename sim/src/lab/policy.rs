@@ -28,6 +28,9 @@ pub struct PodState {
     pub id: u64,
     /// Seconds since the start of the run.
     pub created: f64,
+    /// When the pod left Pending (scheduled on a node, its image pulled, its container started)
+    /// and began loading its model, if it has.
+    pub running_at: Option<f64>,
     /// When the pod became Ready (its model loaded), if it has.
     pub ready_at: Option<f64>,
 }
@@ -35,6 +38,11 @@ pub struct PodState {
 impl PodState {
     pub fn is_ready(&self) -> bool {
         self.ready_at.is_some()
+    }
+
+    /// Phase Pending: waiting for a node, pulling its image.
+    pub fn is_pending(&self) -> bool {
+        self.running_at.is_none()
     }
 }
 

@@ -20,7 +20,8 @@ use crate::lab::workload::Request;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FleetSetup {
     pub profile: PodProfile,
-    /// Mean seconds from a pod's creation to Ready (scheduling, image, model load, warm-up).
+    /// Mean seconds from a pod's creation to Ready: Pending (scheduling, a node, the image), then
+    /// Running while it loads its model ([`PodProfile::model_load`] of it).
     pub startup: f64,
     /// Each pod's start-up is `startup × (1 ± jitter)`, uniformly.
     pub startup_jitter: f64,
@@ -133,6 +134,8 @@ enum Verdict {
 
 struct Pod {
     state: PodState,
+    /// When it leaves Pending ([`PodProfile::model_load`] before Ready).
+    running_due: f64,
     ready_due: f64,
     draining_until: Option<f64>,
     engine: Engine,
@@ -281,13 +284,17 @@ impl Sim {
         let id = self.next_id;
         self.next_id += 1;
         let ready_due = if ready { now } else { now + delay };
+        // The last part of the start-up is the model loading in a Running container.
+        let running_due = ready_due - self.setup.profile.model_load.min(delay);
         self.pods.push(Pod {
             state: PodState {
                 id,
                 created: now,
+                running_at: ready.then_some(now),
                 ready_at: ready.then_some(now),
             },
             ready_due,
+            running_due,
             draining_until: None,
             engine: Engine::new(self.setup.profile),
             next_scrape: ready_due + self.scrape_interval * rng.random::<f64>(),
@@ -357,6 +364,9 @@ impl Sim {
     /// Pods whose start-up is over become Ready; drained pods go, with what they still hold.
     fn settle(&mut self, now: f64) {
         for pod in &mut self.pods {
+            if pod.state.running_at.is_none() && pod.running_due <= now {
+                pod.state.running_at = Some(pod.running_due);
+            }
             if pod.state.ready_at.is_none() && pod.ready_due <= now {
                 pod.state.ready_at = Some(pod.ready_due);
             }
@@ -636,7 +646,7 @@ mod tests {
         fn decide(&mut self, view: &View<'_>) -> u32 {
             let minute = view.metrics.increase(view.now, 60.0);
             self.seen.push((
-                minute.ttft.quantile(0.99),
+                minute.ttft.quantile(0.5),
                 minute.itl.quantile(0.5),
                 minute.generation_tokens,
             ));
@@ -657,11 +667,12 @@ mod tests {
             let outcome = run(&requests, 900.0, None, &mut reader, &setup(pods), 1);
             (reader.seen, outcome)
         };
-        // Plenty of pods: first tokens well within a second, tokens a step (about 50 ms) apart.
-        let (calm, calm_outcome) = read(8);
+        // Plenty of pods: the median first token within a second (the longest prompts take
+        // seconds to prefill on any pod), tokens a step (about 65 ms) apart.
+        let (calm, calm_outcome) = read(16);
         let late: Vec<_> = calm[2..].iter().collect();
         assert!(
-            late.iter().all(|(p99, _, _)| p99.is_some_and(|v| v < 1.0)),
+            late.iter().all(|(p50, _, _)| p50.is_some_and(|v| v < 1.0)),
             "{calm:?}"
         );
         assert!(
@@ -674,14 +685,14 @@ mod tests {
             late.iter().all(|(_, _, tokens)| *tokens > 5_000),
             "{calm:?}"
         );
-        assert!(calm_outcome.ttft_p99 < 1.0, "{calm_outcome:?}");
+        assert!(calm_outcome.ttft_p50 < 1.0, "{calm_outcome:?}");
         // One pod for the same load: the queue grows and the histograms say so.
         let (swamped, swamped_outcome) = read(1);
         assert!(swamped_outcome.ttft_p99 > 2.0, "{swamped_outcome:?}");
         assert!(
             swamped[2..]
                 .iter()
-                .any(|(p99, _, _)| p99.is_some_and(|v| v > 2.0)),
+                .any(|(p50, _, _)| p50.is_some_and(|v| v > 2.0)),
             "{swamped:?}"
         );
     }
@@ -756,7 +767,7 @@ mod tests {
             let requests = generate_at_rate(Shape::Conversation, 1, rate, 900.0);
             run(&requests, 900.0, None, &mut Fixed(4), &setup(4), 1).ttft_p95
         };
-        let (light, busy, over) = (p95(2.0), p95(6.0), p95(9.0));
+        let (light, busy, over) = (p95(1.0), p95(3.0), p95(4.0));
         assert!(light < busy && busy < over, "{light} {busy} {over}");
     }
 

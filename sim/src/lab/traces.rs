@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::engine::PodProfile;
 use super::request_log::{self, LogError, RequestLog};
-use super::workload::{Request, Shape, generate, generate_at_rate};
+use super::workload::{Request, Shape, generate_at_rate, generate_scaled};
 
 /// The mean fleet a replayed log is scaled to: the log's rate times the copies a seed
 /// superposes is what this many pods serve within the SLO (the measurement ran real
@@ -76,10 +76,17 @@ impl Trace {
 
     /// One seed's requests, with how many a pod of `profile` could not hold whole (clipped).
     /// A log is scaled so that pods serving `per_pod` requests/s each number [`LOG_FLEET`] on
-    /// average.
-    pub fn requests(&self, seed: u64, per_pod: f64, profile: &PodProfile) -> (Vec<Request>, usize) {
+    /// average; a shape's rates (set for the default pod) are multiplied by `traffic`, what this
+    /// pod serves of the shape over what the default pod does, so its fleet spans the same pods.
+    pub fn requests(
+        &self,
+        seed: u64,
+        per_pod: f64,
+        traffic: f64,
+        profile: &PodProfile,
+    ) -> (Vec<Request>, usize) {
         match self {
-            Trace::Synthetic(shape) => (generate(*shape, seed), 0),
+            Trace::Synthetic(shape) => (generate_scaled(*shape, seed, traffic), 0),
             Trace::Log(log) => {
                 let scale = LOG_FLEET * per_pod / log.rate();
                 let replayed = request_log::replay(log, scale, seed, log.span, profile.kv_tokens);
@@ -167,7 +174,7 @@ mod tests {
         // 1 request/s, pods that serve 0.5 each: 20 pods carry 10 requests/s, ten copies.
         let trace = log("one-a-second", 600);
         let profile = PodProfile::default();
-        let (requests, clipped) = trace.requests(1, 0.5, &profile);
+        let (requests, clipped) = trace.requests(1, 0.5, 1.0, &profile);
         assert_eq!(requests.len(), 6000);
         assert_eq!(
             clipped, 6000,

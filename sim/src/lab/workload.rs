@@ -8,9 +8,11 @@
 //! is judged on the same requests (common random numbers).
 //!
 //! The shapes are synthesized from published statistics, nothing is downloaded:
-//! - `conversation`: Azure LLM inference trace 2023, conversation: ≈5.5 req/s over an hour,
-//!   prompts ≈100–1,100 tokens, outputs ≈16–470;
-//! - `code`: the same trace's code requests: ≈2.6 req/s, long prompts (up to ≈7k), short outputs;
+//! - `conversation`: Azure LLM inference trace 2023, conversation: its prompt and output lengths
+//!   (their quantiles, [`AZURE_CONVERSATION_PROMPT`]) on a smooth, bursty envelope;
+//! - `code`: the same trace's code requests' lengths, long prompts (up to ≈7.4k) and short
+//!   outputs; its arrivals are smoother than the real log's on/off bursts (replay the log for
+//!   those);
 //! - `burstgpt`: BurstGPT: Gamma arrivals with k < 1 on a diurnal envelope (a day compressed into
 //!   the run), Zipf-like lengths;
 //! - `step`: a steady load that jumps 5× for 20 minutes;
@@ -24,7 +26,7 @@ use std::f64::consts::TAU;
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
-use rand_distr::{Distribution, Gamma, LogNormal, Zipf};
+use rand_distr::{Distribution, Gamma, Zipf};
 use rand_pcg::Pcg64Mcg;
 
 use crate::trace::Trace;
@@ -119,29 +121,29 @@ const STEP_END: f64 = 2400.0;
 fn rate(shape: Shape, t: f64, phases: [f64; 3]) -> f64 {
     let wobble = |amp: f64, period: f64, phase: f64| 1.0 + amp * (TAU * t / period + phase).sin();
     match shape {
-        // 5.5 req/s, drifting ±25% over the hour and ±10% over ten minutes; ×5 to reach the
-        // lab's fleet size.
+        // 5.5 req/s, drifting ±25% over the hour and ±10% over ten minutes; ×2 to reach the
+        // lab's fleet size (≈30 pods).
         Shape::Conversation => {
-            5.5 * 5.0 * wobble(0.25, 3600.0, phases[0]) * wobble(0.10, 600.0, phases[1])
+            5.5 * 2.0 * wobble(0.25, 3600.0, phases[0]) * wobble(0.10, 600.0, phases[1])
         }
-        // 2.6 req/s, ×4.
-        Shape::Code => 2.6 * 4.0 * wobble(0.20, 3600.0, phases[0]) * wobble(0.10, 900.0, phases[1]),
-        // A day in an hour: a night trough at a fifth of the peak, a morning rise, an afternoon
-        // peak; and a shorter ripple.
+        // 2.6 req/s, ×0.8 (≈20 pods: a code request's long prompt fills a pod).
+        Shape::Code => 2.6 * 0.8 * wobble(0.20, 3600.0, phases[0]) * wobble(0.10, 900.0, phases[1]),
+        // A day in an hour: a night trough at 5% of the peak (BurstGPT's own daily figures show
+        // 3–5%), a morning rise, an afternoon peak; and a shorter ripple.
         Shape::BurstGpt => {
             let day = 0.5 - 0.5 * (TAU * t / 3600.0).cos(); // 0 at the ends, 1 mid-run
-            40.0 * (0.2 + 0.8 * day) * wobble(0.15, 400.0, phases[2])
+            10.0 * (0.05 + 0.95 * day) * wobble(0.15, 400.0, phases[2])
         }
         Shape::Step => {
             if (STEP_START..STEP_END).contains(&t) {
-                30.0
+                12.0
             } else {
-                6.0
+                2.4
             }
         }
-        Shape::Threshold => 15.0 * wobble(0.05, 300.0, phases[0]),
-        // The live simulator's built-in traces (`crate::trace`), ×2.5 for the lab's pods, now
-        // with Poisson noise: the same load throughout, and a night, a morning ramp, a plateau
+        Shape::Threshold => 6.0 * wobble(0.05, 300.0, phases[0]),
+        // The live simulator's built-in traces (`crate::trace`), as they are, now with Poisson
+        // noise: the same load throughout, and a night, a morning ramp, a plateau
         // and an evening fall. (Its `burst` is the step above, its `idle` the sessions below.)
         Shape::Steady | Shape::Diurnal => {
             let name = if shape == Shape::Steady {
@@ -149,42 +151,115 @@ fn rate(shape: Shape, t: f64, phases: [f64; 3]) -> f64 {
             } else {
                 "diurnal"
             };
-            2.5 * Trace::builtin(name, 3600.0)
+            Trace::builtin(name, 3600.0)
                 .map_or(0.0, |trace| trace.rate(Duration::from_secs_f64(t.max(0.0))))
         }
-        // Five-minute sessions at 2 req/s separated by silences of 10 to 15 minutes.
+        // Five-minute sessions at 0.8 req/s separated by silences of 10 to 15 minutes.
         Shape::Idle => {
             let cycle = 1000.0 + 200.0 * phases[1].sin().abs();
             let into = (t + phases[0] * 100.0) % cycle;
-            if into < 300.0 { 2.0 } else { 0.0 }
+            if into < 300.0 { 0.8 } else { 0.0 }
         }
     }
 }
 
-/// A prompt and output length, and the share of the prompt that is a reusable prefix.
+/// A prompt and output length.
 fn lengths(shape: Shape, rng: &mut Pcg64Mcg, dists: &Dists) -> (u32, u32) {
     let clamp = |v: f64, lo: f64, hi: f64| v.clamp(lo, hi).round() as u32;
     match shape {
         Shape::Code => (
-            clamp(dists.code_prompt.sample(rng), 64.0, 7500.0),
-            clamp(dists.code_output.sample(rng), 3.0, 60.0),
+            dists.code_prompt.sample(rng).round() as u32,
+            dists.code_output.sample(rng).round() as u32,
         ),
         Shape::BurstGpt => (
             clamp(dists.zipf_prompt.sample(rng), 1.0, 4096.0),
             clamp(dists.zipf_output.sample(rng), 1.0, 1024.0),
         ),
         _ => (
-            clamp(dists.chat_prompt.sample(rng), 40.0, 4000.0),
-            clamp(dists.chat_output.sample(rng), 4.0, 1200.0),
+            dists.chat_prompt.sample(rng).round() as u32,
+            dists.chat_output.sample(rng).round() as u32,
         ),
     }
 }
 
+/// A length distribution given by its quantiles, interpolated geometrically between them: the
+/// lengths of a published log without the log.
+#[derive(Debug, Clone, Copy)]
+pub struct Quantiles(pub &'static [(f64, f64)]);
+
+impl Distribution<f64> for Quantiles {
+    fn sample<R: Rng + ?Sized>(&self, rng: &mut R) -> f64 {
+        let u: f64 = rng.random();
+        let knots = self.0;
+        let upper = knots
+            .partition_point(|(q, _)| *q < u)
+            .clamp(1, knots.len().max(2) - 1);
+        match (knots.get(upper - 1), knots.get(upper)) {
+            (Some(&(q0, v0)), Some(&(q1, v1))) => {
+                let f = ((u - q0) / (q1 - q0).max(f64::EPSILON)).clamp(0.0, 1.0);
+                v0 * (v1 / v0).powf(f)
+            }
+            (Some(&(_, v)), None) | (None, Some(&(_, v))) => v,
+            (None, None) => 0.0,
+        }
+    }
+}
+
+/// Azure LLM inference trace 2023, conversation log (19,366 requests): prompt and output tokens
+/// at the minimum, p1, p10, p25, p50, p75, p90, p99, p99.9 and the maximum.
+pub const AZURE_CONVERSATION_PROMPT: Quantiles = Quantiles(&[
+    (0.0, 2.0),
+    (0.01, 29.0),
+    (0.1, 207.0),
+    (0.25, 396.0),
+    (0.5, 1020.0),
+    (0.75, 1189.0),
+    (0.9, 2735.0),
+    (0.99, 4142.0),
+    (0.999, 6212.0),
+    (1.0, 14050.0),
+]);
+pub const AZURE_CONVERSATION_OUTPUT: Quantiles = Quantiles(&[
+    (0.0, 7.0),
+    (0.01, 16.0),
+    (0.1, 54.0),
+    (0.25, 85.0),
+    (0.5, 129.0),
+    (0.75, 395.0),
+    (0.9, 424.0),
+    (0.99, 601.0),
+    (0.999, 954.0),
+    (1.0, 1000.0),
+]);
+/// The same trace's code log (8,819 requests).
+pub const AZURE_CODE_PROMPT: Quantiles = Quantiles(&[
+    (0.0, 3.0),
+    (0.01, 17.0),
+    (0.1, 147.0),
+    (0.25, 578.0),
+    (0.5, 1469.0),
+    (0.75, 2745.0),
+    (0.9, 5194.0),
+    (0.99, 7436.0),
+    (1.0, 7437.0),
+]);
+pub const AZURE_CODE_OUTPUT: Quantiles = Quantiles(&[
+    (0.0, 6.0),
+    (0.1, 7.0),
+    (0.25, 9.0),
+    (0.5, 13.0),
+    (0.75, 24.0),
+    (0.9, 55.0),
+    (0.99, 252.0),
+    (0.999, 831.0),
+    (1.0, 1899.0),
+]);
+
 struct Dists {
-    chat_prompt: LogNormal<f64>,
-    chat_output: LogNormal<f64>,
-    code_prompt: LogNormal<f64>,
-    code_output: LogNormal<f64>,
+    chat_prompt: Quantiles,
+    chat_output: Quantiles,
+    code_prompt: Quantiles,
+    code_output: Quantiles,
     zipf_prompt: Zipf<f64>,
     zipf_output: Zipf<f64>,
     gap: Gamma<f64>,
@@ -193,12 +268,10 @@ struct Dists {
 impl Dists {
     fn new(k: f64) -> Option<Self> {
         Some(Self {
-            // Medians 600 and 140 tokens: most prompts within 100–1,100 and outputs within 16–470.
-            chat_prompt: LogNormal::new(600_f64.ln(), 0.55).ok()?,
-            chat_output: LogNormal::new(140_f64.ln(), 0.75).ok()?,
-            // Medians 2,000 and 14 tokens.
-            code_prompt: LogNormal::new(2000_f64.ln(), 0.7).ok()?,
-            code_output: LogNormal::new(14_f64.ln(), 0.5).ok()?,
+            chat_prompt: AZURE_CONVERSATION_PROMPT,
+            chat_output: AZURE_CONVERSATION_OUTPUT,
+            code_prompt: AZURE_CODE_PROMPT,
+            code_output: AZURE_CODE_OUTPUT,
             zipf_prompt: Zipf::new(4096.0, 1.0).ok()?,
             zipf_output: Zipf::new(1024.0, 1.0).ok()?,
             gap: Gamma::new(k, 1.0 / k).ok()?,
@@ -237,8 +310,16 @@ fn seeded(shape: Shape, seed: u64) -> (Pcg64Mcg, [f64; 3]) {
 
 /// One seed's requests, in arrival order.
 pub fn generate(shape: Shape, seed: u64) -> Vec<Request> {
+    generate_scaled(shape, seed, 1.0)
+}
+
+/// One seed's requests with the envelope's rate multiplied by `traffic` (for a pod stronger
+/// or weaker than the one the rates are set for; the burstiness and lengths are kept).
+pub fn generate_scaled(shape: Shape, seed: u64, traffic: f64) -> Vec<Request> {
     let (_, phases) = seeded(shape, seed);
-    generate_with(shape, seed, shape.duration(), |t| rate(shape, t, phases))
+    generate_with(shape, seed, shape.duration(), |t| {
+        traffic * rate(shape, t, phases)
+    })
 }
 
 /// The requests of `shape` (its lengths, prefixes and burstiness) at a constant `rate` instead of
@@ -316,13 +397,37 @@ mod tests {
     fn the_conversation_trace_keeps_its_published_statistics() {
         let requests = generate(Shape::Conversation, 1);
         let per_second = requests.len() as f64 / Shape::Conversation.duration();
-        // 5.5 req/s × 5.
-        assert!((per_second - 27.5).abs() < 4.0, "{per_second}");
+        // 5.5 req/s × 2.
+        assert!((per_second - 11.0).abs() < 2.0, "{per_second}");
+        let quantile = |mut v: Vec<u32>, q: f64| {
+            v.sort_unstable();
+            f64::from(v[(q * v.len() as f64) as usize])
+        };
+        let prompts: Vec<u32> = requests.iter().map(|r| r.prompt).collect();
+        let outputs: Vec<u32> = requests.iter().map(|r| r.output).collect();
+        // The log's p50 / p90: prompts 1,020 / 2,735, outputs 129 / 424.
+        for (got, want) in [
+            (quantile(prompts.clone(), 0.5), 1020.0),
+            (quantile(prompts, 0.9), 2735.0),
+            (quantile(outputs.clone(), 0.5), 129.0),
+            (quantile(outputs, 0.9), 424.0),
+        ] {
+            assert!((got / want - 1.0).abs() < 0.05, "{got} for {want}");
+        }
+        assert!(requests.windows(2).all(|w| w[0].at <= w[1].at));
+    }
+
+    #[test]
+    fn code_lengths_follow_the_code_log() {
+        let requests = generate(Shape::Code, 1);
         let mut prompts: Vec<u32> = requests.iter().map(|r| r.prompt).collect();
         prompts.sort_unstable();
-        let within = prompts.iter().filter(|p| (100..=1100).contains(*p)).count();
-        assert!(within as f64 > 0.8 * prompts.len() as f64, "{within}");
-        assert!(requests.windows(2).all(|w| w[0].at <= w[1].at));
+        let median = f64::from(prompts[prompts.len() / 2]);
+        assert!((median / 1469.0 - 1.0).abs() < 0.08, "{median}");
+        assert!(prompts.iter().all(|p| (3..=7437).contains(p)));
+        let short = requests.iter().filter(|r| r.output <= 13).count();
+        let share = short as f64 / requests.len() as f64;
+        assert!((share - 0.5).abs() < 0.05, "{share}");
     }
 
     #[test]

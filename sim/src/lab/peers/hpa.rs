@@ -186,7 +186,7 @@ pub struct PodGroups {
     /// Running pods with no metric (in the lab: pods loading their model, whose metrics endpoint
     /// does not answer yet, and Ready pods not scraped yet).
     pub missing: usize,
-    /// Pending pods (`unreadyPods`); the lab has none: a pod loading its model is Running.
+    /// Pending pods (`unreadyPods`): waiting for a node or pulling their image.
     pub unready: usize,
 }
 
@@ -675,11 +675,13 @@ impl Hpa {
             .filter(|(pod, _)| ids.contains(pod))
             .map(|(_, v)| v)
             .collect();
-        let missing = view.pods.len().saturating_sub(values.len());
+        // A Pending pod has never run, so it has no metric either.
+        let unready = view.pods.iter().filter(|p| p.is_pending()).count();
+        let missing = view.pods.len().saturating_sub(values.len() + unready);
         PodGroups {
             values,
             missing,
-            unready: 0,
+            unready,
         }
     }
 }
@@ -818,6 +820,26 @@ mod tests {
         let groups = hpa.pod_groups(&fleet.view(15.0, 3));
         assert_eq!(groups.values, vec![48.0, 48.0]);
         assert_eq!(groups.missing, 1);
+        assert_eq!(groups.unready, 0);
+    }
+
+    /// `groupPods` puts a Pending pod among the unready ones (counted as 0 on a scale-up, left
+    /// out otherwise), and a Running pod without a metric among the missing.
+    #[test]
+    fn pending_pods_are_unready_and_loading_pods_are_missing() {
+        let mut fleet = Fleet::with_ready(2);
+        fleet.starting(3);
+        fleet.pending(4);
+        fleet.pending(5);
+        fleet.sample(1, 10.0, 40.0, 8.0, 0.5);
+        fleet.sample(2, 11.0, 30.0, 18.0, 0.5);
+        let hpa = Hpa::new(HpaConfig::new(bounds(1, 20)));
+        let groups = hpa.pod_groups(&fleet.view(15.0, 5));
+        assert_eq!(groups.missing, 1);
+        assert_eq!(groups.unready, 2);
+        // Scale-up (48 / 16 = 3): the missing and the Pending pods count as 0, so the ratio is
+        // 96 / 5 / 16 = 1.2 → ceil(1.2 × 5) = 6; on a scale-down Pending pods are left out.
+        assert_eq!(pods_metric_replicas(5, 16.0, TOL, &groups), Some(6));
     }
 
     #[test]

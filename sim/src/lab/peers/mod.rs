@@ -206,15 +206,27 @@ pub(crate) mod testkit {
             self.pods.push(PodState {
                 id,
                 created: 0.0,
+                running_at: Some(0.0),
                 ready_at: Some(0.0),
             });
         }
 
-        /// A pod still loading its model (no metrics endpoint yet).
+        /// A pod still loading its model (Running, no metrics endpoint yet).
         pub fn starting(&mut self, id: u64) {
             self.pods.push(PodState {
                 id,
                 created: 0.0,
+                running_at: Some(0.0),
+                ready_at: None,
+            });
+        }
+
+        /// A Pending pod (waiting for a node or pulling its image).
+        pub fn pending(&mut self, id: u64) {
+            self.pods.push(PodState {
+                id,
+                created: 0.0,
+                running_at: None,
                 ready_at: None,
             });
         }
