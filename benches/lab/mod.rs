@@ -348,7 +348,7 @@ pub struct Lab {
 
 impl Lab {
     /// Every trace (the real Azure logs beside the project, when they are there, and every
-    /// synthetic shape), every start-up delay, 8 seeds (about 13 minutes on 2 cores; 20 give
+    /// synthetic shape), every start-up delay, 8 seeds (about 8 minutes on 2 cores; 20 give
     /// tighter intervals in 2.5 times as long), every core; the report in
     /// target/bench/lab.
     pub fn full() -> Self {
