@@ -11,10 +11,10 @@
 //! - `conversation`: Azure LLM inference trace 2023, conversation: its prompt and output lengths
 //!   (their quantiles, [`AZURE_CONVERSATION_PROMPT`]) on a smooth, bursty envelope;
 //! - `code`: the same trace's code requests' lengths, long prompts (up to ≈7.4k) and short
-//!   outputs; its arrivals are smoother than the real log's on/off bursts (replay the log for
-//!   those);
+//!   outputs, arriving in on/off bursts as the real log does;
 //! - `burstgpt`: BurstGPT: Gamma arrivals with k < 1 on a diurnal envelope (a day compressed into
-//!   the run), Zipf-like lengths;
+//!   the run, its night at 5% of the peak), Zipf lengths as BurstGPT's own workload generator
+//!   draws them (shorter at the median than the dataset's, and uncorrelated);
 //! - `step`: a steady load that jumps 5× for 20 minutes;
 //! - `threshold`: a load hovering at a scaling threshold;
 //! - `idle`: long silences between short sessions, for scale-to-zero;
@@ -317,9 +317,59 @@ pub fn generate(shape: Shape, seed: u64) -> Vec<Request> {
 /// or weaker than the one the rates are set for; the burstiness and lengths are kept).
 pub fn generate_scaled(shape: Shape, seed: u64, traffic: f64) -> Vec<Request> {
     let (_, phases) = seeded(shape, seed);
+    let bursts = (shape == Shape::Code).then(|| OnOff::new(seed, shape.duration()));
     generate_with(shape, seed, shape.duration(), |t| {
-        traffic * rate(shape, t, phases)
+        let on_off = bursts.as_ref().map_or(1.0, |b| b.factor(t));
+        traffic * on_off * rate(shape, t, phases)
     })
+}
+
+/// The real code log comes in bursts: busy stretches of a minute or so between longer silences,
+/// each at its own level (its per-minute counts vary with a CV of 1.04, the busiest minute is
+/// 4.2× the mean, 8 of its 57 minutes are empty). Busy and quiet stretches alternate with
+/// exponential lengths of [`OnOff::MEAN_ON`] and [`OnOff::MEAN_OFF`] seconds, a busy one at a
+/// level drawn uniformly from 0.4–1.6; the quiet ones keep a trickle.
+struct OnOff {
+    /// When each stretch starts, busy and quiet in turn from a busy one at 0.
+    switches: Vec<f64>,
+    /// Each stretch's multiplier, scaled so that the mean over the run is 1.
+    levels: Vec<f64>,
+}
+
+impl OnOff {
+    const MEAN_ON: f64 = 45.0;
+    const MEAN_OFF: f64 = 90.0;
+    /// A quiet stretch's rate, as a share of a busy one's mean.
+    const TRICKLE: f64 = 0.03;
+
+    fn new(seed: u64, duration: f64) -> Self {
+        let mut rng = Pcg64Mcg::seed_from_u64(seed ^ 0x0FF0_0FF0_0FF0_0FF0);
+        let (mut switches, mut levels) = (Vec::new(), Vec::new());
+        let (mut t, mut mass) = (0.0, 0.0);
+        let mut on = true;
+        while t < duration {
+            let mean = if on { Self::MEAN_ON } else { Self::MEAN_OFF };
+            let length = -mean * (1.0 - rng.random::<f64>()).ln();
+            let level = if on {
+                0.4 + 1.2 * rng.random::<f64>()
+            } else {
+                Self::TRICKLE
+            };
+            mass += level * length.min(duration - t);
+            switches.push(t);
+            levels.push(level);
+            t += length;
+            on = !on;
+        }
+        let scale = duration / mass.max(f64::EPSILON);
+        levels.iter_mut().for_each(|l| *l *= scale);
+        Self { switches, levels }
+    }
+
+    fn factor(&self, t: f64) -> f64 {
+        let stretch = self.switches.partition_point(|s| *s <= t).saturating_sub(1);
+        self.levels.get(stretch).copied().unwrap_or(1.0)
+    }
 }
 
 /// The requests of `shape` (its lengths, prefixes and burstiness) at a constant `rate` instead of
@@ -428,6 +478,37 @@ mod tests {
         let short = requests.iter().filter(|r| r.output <= 13).count();
         let share = short as f64 / requests.len() as f64;
         assert!((share - 0.5).abs() < 0.05, "{share}");
+    }
+
+    /// The code shape comes in bursts as the real code log does (per-minute CV 1.04, busiest
+    /// minute 4.2× the mean), at the same mean rate.
+    #[test]
+    fn code_arrivals_come_in_bursts_like_the_code_log() {
+        let (mut cvs, mut busiest_sum) = (Vec::new(), 0.0);
+        for seed in 1..=4 {
+            let requests = generate(Shape::Code, seed);
+            let mut minutes = [0_u32; 60];
+            for r in &requests {
+                minutes[(r.at / 60.0) as usize % 60] += 1;
+            }
+            let mean = f64::from(minutes.iter().sum::<u32>()) / 60.0;
+            let var = minutes
+                .iter()
+                .map(|m| (f64::from(*m) - mean).powi(2))
+                .sum::<f64>()
+                / 60.0;
+            let busiest = f64::from(*minutes.iter().max().unwrap()) / mean;
+            assert!((mean / 60.0 / 2.08 - 1.0).abs() < 0.25, "{mean}");
+            busiest_sum += busiest;
+            cvs.push(var.sqrt() / mean);
+        }
+        let cv = cvs.iter().sum::<f64>() / cvs.len() as f64;
+        assert!((0.85..1.25).contains(&cv), "{cvs:?}");
+        let busiest = busiest_sum / 4.0;
+        assert!(
+            (3.0..5.5).contains(&busiest),
+            "busiest minute {busiest}× the mean"
+        );
     }
 
     #[test]
