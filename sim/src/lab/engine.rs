@@ -218,7 +218,10 @@ pub struct Engine {
     kv_pages: u32,
     /// Prefix id -> (tokens, last used): least recently used goes first.
     prefixes: BTreeMap<u32, (u32, f64)>,
-    prefix_tokens: u32,
+    /// Prefix id -> running requests that bring it: a prefix they hold is in their pages.
+    held: BTreeMap<u32, u32>,
+    /// Tokens of the cached prefixes no running request holds: what the free pages must keep.
+    idle_prefix_tokens: u32,
     /// Prefix-cache hit tokens, decayed with a 5-minute time constant: how warm the pod is
     /// (what `rate(vllm:prefix_cache_hits_total[5m])` would show).
     warmth: f64,
@@ -244,7 +247,8 @@ impl Engine {
             running: Vec::new(),
             kv_pages: 0,
             prefixes: BTreeMap::new(),
-            prefix_tokens: 0,
+            held: BTreeMap::new(),
+            idle_prefix_tokens: 0,
             warmth: 0.0,
             pending_prefixes: Vec::new(),
             clock: 0.0,
@@ -312,6 +316,8 @@ impl Engine {
             .map(|s| s.request)
             .collect();
         self.kv_pages = 0;
+        self.held.clear();
+        self.idle_prefix_tokens = self.prefixes.values().map(|(tokens, _)| tokens).sum();
         all
     }
 
@@ -425,7 +431,8 @@ impl Engine {
         self.exported.itl.observe_n(duration, decoded);
         self.exported.generation_tokens += decoded;
         for i in done.into_iter().rev() {
-            self.running.remove(i);
+            let seq = self.running.remove(i);
+            self.release(seq.prefix);
         }
         for prefix in std::mem::take(&mut self.pending_prefixes) {
             self.remember(prefix, at);
@@ -488,6 +495,7 @@ impl Engine {
                 self.exported.queue.observe_n(now - seq.arrived, 1);
             }
             self.kv_pages += pages;
+            self.hold(seq.prefix);
             self.running.push(seq);
             self.evict_prefixes();
         }
@@ -501,6 +509,7 @@ impl Engine {
             let Some(mut seq) = self.running.pop() else {
                 return;
             };
+            self.release(seq.prefix);
             self.kv_pages -= seq.pages(self.profile.page).min(self.kv_pages);
             let done = seq.output - seq.output_left;
             seq.prefill_left = seq.prompt + done;
@@ -516,7 +525,40 @@ impl Engine {
             return;
         }
         self.prefixes.insert(id, (tokens, now));
-        self.prefix_tokens += tokens;
+        if !self.held.contains_key(&id) {
+            self.idle_prefix_tokens += tokens;
+        }
+    }
+
+    /// A running request brings `prefix`: its cached pages are in use, not idle.
+    fn hold(&mut self, prefix: Option<Prefix>) {
+        let Some(Prefix { id, .. }) = prefix else {
+            return;
+        };
+        let holders = self.held.entry(id).or_insert(0);
+        *holders += 1;
+        if *holders == 1
+            && let Some((tokens, _)) = self.prefixes.get(&id)
+        {
+            self.idle_prefix_tokens -= tokens;
+        }
+    }
+
+    /// A running request that brought `prefix` finished or gave its pages back.
+    fn release(&mut self, prefix: Option<Prefix>) {
+        let Some(Prefix { id, .. }) = prefix else {
+            return;
+        };
+        let Some(holders) = self.held.get_mut(&id) else {
+            return;
+        };
+        *holders -= 1;
+        if *holders == 0 {
+            self.held.remove(&id);
+            if let Some((tokens, _)) = self.prefixes.get(&id) {
+                self.idle_prefix_tokens += tokens;
+            }
+        }
     }
 
     /// The prefix cache lives in the KV pool, as vLLM's automatic prefix caching does: a prefix
@@ -526,38 +568,19 @@ impl Engine {
     fn evict_prefixes(&mut self) {
         let p = self.profile;
         let free = p.kv_tokens.saturating_sub(self.kv_pages * p.page);
-        if self.prefix_tokens <= free {
-            return;
-        }
-        // A prefix a running request holds is in that request's pages already.
-        let mut held: Vec<u32> = self
-            .running
-            .iter()
-            .filter_map(|s| s.prefix.map(|x| x.id))
-            .collect();
-        held.sort_unstable();
-        held.dedup();
-        let is_held = |id: &u32| held.binary_search(id).is_ok();
-        let mut idle: u32 = self
-            .prefixes
-            .iter()
-            .filter(|(id, _)| !is_held(id))
-            .map(|(_, (tokens, _))| tokens)
-            .sum();
-        while idle > free {
+        while self.idle_prefix_tokens > free {
             // The least recently used; the lowest id among equals, so a run is repeatable.
             let Some(oldest) = self
                 .prefixes
                 .iter()
-                .filter(|(id, _)| !is_held(id))
+                .filter(|(id, _)| !self.held.contains_key(id))
                 .min_by(|a, b| a.1.1.total_cmp(&b.1.1))
                 .map(|(id, _)| *id)
             else {
                 return;
             };
             if let Some((tokens, _)) = self.prefixes.remove(&oldest) {
-                self.prefix_tokens -= tokens;
-                idle -= tokens;
+                self.idle_prefix_tokens -= tokens;
             }
         }
     }
