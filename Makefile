@@ -22,11 +22,11 @@ bench: ## Benchmarks (numbers as ratios from one run; never part of make test)
 	cargo bench --locked --bench extmetrics
 	cargo bench --locked --bench operator
 
-lab: ## The scaling-quality lab: the operator against every peer on simulated vLLM traces (≤ 15 min; target/bench/lab/; ARGS="--traces … --delays … --seeds N")
+lab: ## The scaling-quality lab: the operator against every peer on simulated vLLM traces (≤ 15 min; target/bench/lab/; ARGS="--traces … --delays … --seeds N --profile l40s")
 	cargo bench --locked --bench policies -- $(ARGS)
 
-lab-quick: ## The lab on one trace, one start-up delay and 5 seeds (about a minute)
-	cargo bench --locked --bench policies -- --quick
+lab-quick: ## The lab on one trace, one start-up delay and 5 seeds (about a minute; ARGS="--profile l40s" for the larger card)
+	cargo bench --locked --bench policies -- --quick $(ARGS)
 
 demo: ## A simulated vLLM fleet scaled live by the operator; a plot of the run at the end (Ctrl-C ends early)
 	scripts/demo.sh
