@@ -12,9 +12,10 @@
 //!   (their quantiles, [`AZURE_CONVERSATION_PROMPT`]) on a smooth, bursty envelope;
 //! - `code`: the same trace's code requests' lengths, long prompts (up to ≈7.4k) and short
 //!   outputs, arriving in on/off bursts as the real log does;
-//! - `burstgpt`: BurstGPT: Gamma arrivals with k < 1 on a diurnal envelope (a day compressed into
-//!   the run, its night at 5% of the peak), Zipf lengths as BurstGPT's own workload generator
-//!   draws them (shorter at the median than the dataset's, and uncorrelated);
+//! - `burstgpt`: BurstGPT's arrivals: Gamma gaps with k < 1 on a diurnal envelope (a day
+//!   compressed into the run, its night at 5% of the peak). Its lengths are the Azure
+//!   conversation log's: BurstGPT publishes its length statistics only as figures, and the Zipf
+//!   its own generator draws is ≈10× shorter at the median than its requests;
 //! - `step`: a steady load that jumps 5× for 20 minutes;
 //! - `threshold`: a load hovering at a scaling threshold;
 //! - `idle`: long silences between short sessions, for scale-to-zero;
@@ -132,7 +133,7 @@ fn rate(shape: Shape, t: f64, phases: [f64; 3]) -> f64 {
         // 3–5%), a morning rise, an afternoon peak; and a shorter ripple.
         Shape::BurstGpt => {
             let day = 0.5 - 0.5 * (TAU * t / 3600.0).cos(); // 0 at the ends, 1 mid-run
-            10.0 * (0.05 + 0.95 * day) * wobble(0.15, 400.0, phases[2])
+            5.0 * (0.05 + 0.95 * day) * wobble(0.15, 400.0, phases[2])
         }
         Shape::Step => {
             if (STEP_START..STEP_END).contains(&t) {
@@ -165,15 +166,10 @@ fn rate(shape: Shape, t: f64, phases: [f64; 3]) -> f64 {
 
 /// A prompt and output length.
 fn lengths(shape: Shape, rng: &mut Pcg64Mcg, dists: &Dists) -> (u32, u32) {
-    let clamp = |v: f64, lo: f64, hi: f64| v.clamp(lo, hi).round() as u32;
     match shape {
         Shape::Code => (
             dists.code_prompt.sample(rng).round() as u32,
             dists.code_output.sample(rng).round() as u32,
-        ),
-        Shape::BurstGpt => (
-            clamp(dists.zipf_prompt.sample(rng), 1.0, 4096.0),
-            clamp(dists.zipf_output.sample(rng), 1.0, 1024.0),
         ),
         _ => (
             dists.chat_prompt.sample(rng).round() as u32,
@@ -260,8 +256,6 @@ struct Dists {
     chat_output: Quantiles,
     code_prompt: Quantiles,
     code_output: Quantiles,
-    zipf_prompt: Zipf<f64>,
-    zipf_output: Zipf<f64>,
     gap: Gamma<f64>,
 }
 
@@ -272,8 +266,6 @@ impl Dists {
             chat_output: AZURE_CONVERSATION_OUTPUT,
             code_prompt: AZURE_CODE_PROMPT,
             code_output: AZURE_CODE_OUTPUT,
-            zipf_prompt: Zipf::new(4096.0, 1.0).ok()?,
-            zipf_output: Zipf::new(1024.0, 1.0).ok()?,
             gap: Gamma::new(k, 1.0 / k).ok()?,
         })
     }
