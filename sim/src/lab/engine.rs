@@ -203,6 +203,7 @@ pub enum Event {
 #[derive(Debug, Clone, Copy)]
 pub struct Arrival {
     pub request: usize,
+    /// When the request reaches this pod (its latency histograms count from here).
     pub arrived: f64,
     pub prompt: u32,
     pub output: u32,

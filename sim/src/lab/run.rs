@@ -197,7 +197,7 @@ pub fn run(
             next_request += 1;
             arrivals_since_moment += 1;
         }
-        sim.route(requests);
+        sim.route(requests, now);
         for pod in sim.pods.iter_mut().filter(|p| p.state.is_ready()) {
             pod.engine.tick(now, dt, &mut events);
         }
@@ -301,8 +301,10 @@ impl Sim {
         });
     }
 
-    /// Sends what waits at the router to Ready pods.
-    fn route(&mut self, requests: &[Request]) {
+    /// Sends what waits at the router to Ready pods. A request reaches its pod at `now` if it
+    /// waited at the router (vLLM's own latency histograms start there, as they do in a cluster,
+    /// where the engine never sees a gateway's queue); the run judges it from its arrival.
+    fn route(&mut self, requests: &[Request], now: f64) {
         while let Some(&index) = self.gateway.front() {
             let load = |p: &Pod| p.engine.running() + p.engine.waiting();
             let Some(least) = self.pods.iter().filter(|p| routable(p)).map(load).min() else {
@@ -332,7 +334,7 @@ impl Sim {
             self.gateway.pop_front();
             self.pods[i].engine.push(Arrival {
                 request: index,
-                arrived: request.at,
+                arrived: request.at.max(now),
                 prompt: request.prompt,
                 output: request.output,
                 prefix: request.prefix,
@@ -695,6 +697,25 @@ mod tests {
                 .any(|(p50, _, _)| p50.is_some_and(|v| v > 2.0)),
             "{swamped:?}"
         );
+    }
+
+    /// vLLM's histograms start when a request reaches the engine: the time a request waited
+    /// at the router for a first pod is in the run's judgement, not in what the pod exports.
+    #[test]
+    fn the_pods_histograms_do_not_see_the_routers_wait() {
+        let requests = generate_at_rate(Shape::Conversation, 1, 0.5, 600.0);
+        let mut reader = LatencyReader {
+            pods: 2,
+            seen: Vec::new(),
+        };
+        // No pod at first: the first requests wait ≈60 s for the pods asked for at once.
+        let outcome = run(&requests, 600.0, None, &mut reader, &setup(0), 1);
+        assert!(outcome.ttft_p95 > 40.0, "{outcome:?}");
+        // The backlog reaches the two pods at once and queues there for seconds, not the
+        // minute it waited before.
+        let medians: Vec<f64> = reader.seen.iter().filter_map(|(p50, _, _)| *p50).collect();
+        assert!(!medians.is_empty());
+        assert!(medians.iter().all(|m| *m < 20.0), "{:?}", reader.seen);
     }
 
     /// Grows the fleet at its first decision and records what it is shown.
