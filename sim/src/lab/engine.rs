@@ -65,57 +65,67 @@ const PREFILL_MFU: f64 = 0.45;
 const RUNTIME_RESERVE_GIB: f64 = 2.0;
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
-/// KV-cache tokens vLLM allocates for Llama-3.1-8B on a card of `visible_gib` usable memory at its
-/// default `--gpu-memory-utilization 0.9`, in whole 16-token pages.
-const fn kv_tokens_for(visible_gib: f64) -> u32 {
-    let kv_bytes = (visible_gib * 0.9 - LLAMA_8B_WEIGHTS / GIB - RUNTIME_RESERVE_GIB) * GIB;
+/// A GPU as its datasheet and `nvidia-smi` describe it.
+struct Card {
+    name: &'static str,
+    /// Memory visible to CUDA, GiB.
+    visible_gib: f64,
+    /// Peak memory bandwidth, bytes/s.
+    bandwidth: f64,
+    /// Dense bf16 peak, FLOP/s.
+    bf16: f64,
+    /// Seconds to load the weights, compile and capture CUDA graphs (an estimate).
+    model_load: f64,
+}
+
+/// Llama-3.1-8B-Instruct in bf16 on one `card`, served by vLLM with its defaults for a card under
+/// 70 GiB (`EngineArgs.get_batch_defaults` in vllm/engine/arg_utils.py: 2,048 batched tokens and
+/// 256 sequences for the OpenAI server; `--gpu-memory-utilization 0.9`; 16-token pages).
+const fn llama_8b_on(card: Card) -> PodProfile {
+    // What vLLM's memory profile leaves for the KV cache, in whole pages.
+    let kv_bytes = (card.visible_gib * 0.9 - LLAMA_8B_WEIGHTS / GIB - RUNTIME_RESERVE_GIB) * GIB;
     let pages = (kv_bytes / LLAMA_8B_KV_BYTES / 16.0) as u32;
-    pages * 16
+    let read = card.bandwidth * BANDWIDTH_EFFICIENCY;
+    PodProfile {
+        name: card.name,
+        kv_tokens: pages * 16,
+        page: 16,
+        max_seqs: 256,
+        step_tokens: 2048,
+        // Every step reads the weights.
+        step_base: LLAMA_8B_WEIGHTS / read,
+        // Sampling and scheduling per sequence (host side; an estimate).
+        per_seq: 0.0003,
+        // Attention reads 128 KiB per cached token.
+        per_kilo_kv: 1000.0 * LLAMA_8B_KV_BYTES / read,
+        per_prefill_token: LLAMA_8B_FLOP_PER_TOKEN / (card.bf16 * PREFILL_MFU),
+        model_load: card.model_load,
+    }
 }
 
 impl PodProfile {
-    /// Llama-3.1-8B-Instruct in bf16 on one NVIDIA L4 (24 GB GDDR6 at 300 GB/s, 121 TFLOPS dense
-    /// bf16: NVIDIA's L4 datasheet; 22.49 GiB visible to CUDA), served by vLLM with its defaults
-    /// for a card under 70 GiB (`EngineArgs.get_batch_defaults` in vllm/engine/arg_utils.py: 2,048
-    /// batched tokens and 256 sequences for the OpenAI server).
-    pub const L4_LLAMA_8B: PodProfile = PodProfile {
+    /// One NVIDIA L4: 24 GB GDDR6 at 300 GB/s, 121 TFLOPS dense bf16 (NVIDIA's L4 datasheet),
+    /// 22.49 GiB visible to CUDA. (22.49 × 0.9 − 14.96 − 2.0) GiB of KV cache ≈ 26.9k tokens; a
+    /// step reads the weights in ≈63 ms (a lone stream at ≈16 tokens/s), 1,000 cached tokens in
+    /// ≈0.51 ms; a prefill token costs ≈0.29 ms (≈3.4k prefill tokens/s).
+    pub const L4_LLAMA_8B: PodProfile = llama_8b_on(Card {
         name: "L4 / Llama-3.1-8B",
-        // (22.49 × 0.9 − 14.96 − 2.0) GiB of 128 KiB tokens ≈ 26.9k tokens.
-        kv_tokens: kv_tokens_for(22.49),
-        page: 16,
-        max_seqs: 256,
-        step_tokens: 2048,
-        // 16.06 GB at 300 GB/s × 0.85 ≈ 63 ms: ≈16 tokens/s for a lone stream.
-        step_base: LLAMA_8B_WEIGHTS / (300e9 * BANDWIDTH_EFFICIENCY),
-        // Sampling and scheduling per sequence (host side; an estimate).
-        per_seq: 0.0003,
-        // 1,000 tokens × 128 KiB at 300 GB/s × 0.85 ≈ 0.51 ms.
-        per_kilo_kv: 1000.0 * LLAMA_8B_KV_BYTES / (300e9 * BANDWIDTH_EFFICIENCY),
-        // 16.06 GFLOP at 121 TFLOPS × 0.45 ≈ 0.29 ms a token: ≈3.4k prefill tokens/s.
-        per_prefill_token: LLAMA_8B_FLOP_PER_TOKEN / (121e12 * PREFILL_MFU),
-        // Weights from the node's disk, torch.compile and CUDA-graph capture (an estimate).
+        visible_gib: 22.49,
+        bandwidth: 300e9,
+        bf16: 121e12,
         model_load: 60.0,
-    };
+    });
 
-    /// The same model on one NVIDIA L40S (48 GB GDDR6 at 864 GB/s, 362 TFLOPS dense bf16:
-    /// NVIDIA's L40S datasheet; 44.99 GiB visible to CUDA), with the same vLLM defaults (the card
-    /// is under 70 GiB): the larger card, to show a result does not hang on one calibration.
-    pub const L40S_LLAMA_8B: PodProfile = PodProfile {
+    /// One NVIDIA L40S: 48 GB GDDR6 at 864 GB/s, 362 TFLOPS dense bf16 (NVIDIA's L40S
+    /// datasheet), 44.99 GiB visible to CUDA: ≈193k KV tokens, a step ≈22 ms, a prefill token
+    /// ≈0.10 ms. The larger card, to show a result does not hang on one calibration.
+    pub const L40S_LLAMA_8B: PodProfile = llama_8b_on(Card {
         name: "L40S / Llama-3.1-8B",
-        // (44.99 × 0.9 − 14.96 − 2.0) GiB ≈ 193k tokens.
-        kv_tokens: kv_tokens_for(44.99),
-        page: 16,
-        max_seqs: 256,
-        step_tokens: 2048,
-        // ≈ 22 ms.
-        step_base: LLAMA_8B_WEIGHTS / (864e9 * BANDWIDTH_EFFICIENCY),
-        per_seq: 0.0003,
-        // ≈ 0.18 ms.
-        per_kilo_kv: 1000.0 * LLAMA_8B_KV_BYTES / (864e9 * BANDWIDTH_EFFICIENCY),
-        // ≈ 0.10 ms a token.
-        per_prefill_token: LLAMA_8B_FLOP_PER_TOKEN / (362e12 * PREFILL_MFU),
+        visible_gib: 44.99,
+        bandwidth: 864e9,
+        bf16: 362e12,
         model_load: 45.0,
-    };
+    });
 
     pub const ALL: [PodProfile; 2] = [Self::L4_LLAMA_8B, Self::L40S_LLAMA_8B];
 
