@@ -396,12 +396,12 @@ pub fn run_lab(lab: &Lab) -> String {
         .collect();
     // A shape's rates are set for the default pod: on another, they are multiplied by what this
     // pod serves of the shape over what the default one does, so fleets span the same pods.
+    let reference = FleetSetup::default();
     let traffic: Vec<f64> = lab
         .traces
         .iter()
         .zip(&capacities)
         .map(|(t, capacity)| {
-            let reference = FleetSetup::default();
             if matches!(t, Trace::Log(_)) || reference.profile == profile {
                 1.0
             } else {

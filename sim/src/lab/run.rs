@@ -782,6 +782,38 @@ mod tests {
         assert_eq!(scraped.len(), 8);
     }
 
+    /// A new pod is Pending (a node, its image), then Running for the profile's model load,
+    /// then Ready: the phases `groupPods` tells apart.
+    #[test]
+    fn a_new_pod_is_pending_then_loads_its_model_then_is_ready() {
+        let requests = generate_at_rate(Shape::Conversation, 1, 4.0, 600.0);
+        let mut watcher = Watcher { seen: Vec::new() };
+        let slow = FleetSetup {
+            startup: 180.0,
+            ..setup(1)
+        };
+        run(&requests, 600.0, None, &mut watcher, &slow, 1);
+        let load = slow.profile.model_load;
+        let (_, last, _) = watcher.seen.last().unwrap();
+        let new: Vec<&PodState> = last.iter().filter(|p| p.created > 0.0).collect();
+        assert_eq!(new.len(), 7);
+        for pod in &new {
+            let (running, ready) = (pod.running_at.unwrap(), pod.ready_at.unwrap());
+            assert!((ready - running - load).abs() < 1e-9, "{pod:?}");
+            assert!(running - pod.created > 60.0, "{pod:?}");
+        }
+        // Seen in each phase along the way.
+        let phases = |p: &PodState| (p.is_pending(), p.is_ready());
+        let seen: Vec<(bool, bool)> = watcher
+            .seen
+            .iter()
+            .flat_map(|(_, pods, _)| pods.iter().filter(|p| p.created > 0.0).map(phases))
+            .collect();
+        for phase in [(true, false), (false, false), (false, true)] {
+            assert!(seen.contains(&phase), "{phase:?} never seen");
+        }
+    }
+
     #[test]
     fn time_to_first_token_grows_with_load() {
         let p95 = |rate: f64| {

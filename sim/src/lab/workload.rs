@@ -503,6 +503,23 @@ mod tests {
         );
     }
 
+    /// Another pod profile scales a shape's rate, keeping its lengths: twice the traffic is
+    /// twice the requests of the same mix.
+    #[test]
+    fn traffic_scales_the_rate_and_keeps_the_mix() {
+        for shape in [Shape::Conversation, Shape::Code, Shape::Step] {
+            let one = generate(shape, 5);
+            let two = generate_scaled(shape, 5, 2.0);
+            let ratio = two.len() as f64 / one.len() as f64;
+            assert!((ratio - 2.0).abs() < 0.15, "{shape:?}: {ratio}");
+            let mean = |rs: &[Request]| {
+                rs.iter().map(|r| f64::from(r.prompt)).sum::<f64>() / rs.len() as f64
+            };
+            let drift = mean(&two) / mean(&one) - 1.0;
+            assert!(drift.abs() < 0.1, "{shape:?}: {drift}");
+        }
+    }
+
     #[test]
     fn a_smaller_gamma_shape_is_burstier_at_the_same_rate() {
         // The coefficient of variation of 1 s counts on a constant envelope.
