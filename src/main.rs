@@ -366,7 +366,7 @@ async fn run_async(args: RunArgs) -> Result<(), MainError> {
         let (election, campaign) = leader::start(client.clone(), config, move |leading| {
             gauge.set(i64::from(leading));
         });
-        supervisor.spawn_service("leader election", campaign);
+        supervisor.spawn_final_service("leader election", campaign);
         election
     });
     let leadership = election

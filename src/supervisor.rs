@@ -2,7 +2,9 @@
 //! watch, a server, a certificate refresher) and ends or panics before it stops the whole
 //! operator, which exits with an error and is restarted whole: better than an operator that
 //! keeps answering its probes with a stale target cache or a certificate that no longer rotates.
-//! Shutdown waits for every task, up to a grace.
+//! Shutdown waits for every task, up to a grace, in two stages: the work first (syncs, clean-ups,
+//! watches, servers), then the final services, which must outlast it (the leader campaign holds
+//! the Lease until the last write in flight has landed).
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -41,6 +43,8 @@ impl std::fmt::Display for How {
 #[derive(Clone)]
 pub struct Supervisor {
     tracker: TaskTracker,
+    /// The final services, which stop after `tracker` has drained.
+    last: TaskTracker,
     shutdown: CancellationToken,
     stopped: Arc<Mutex<Option<TaskStopped>>>,
 }
@@ -49,6 +53,7 @@ impl Supervisor {
     pub fn new(shutdown: CancellationToken) -> Self {
         Self {
             tracker: TaskTracker::new(),
+            last: TaskTracker::new(),
             shutdown,
             stopped: Arc::default(),
         }
@@ -65,12 +70,29 @@ impl Supervisor {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        let name = name.into();
+        self.supervise(&self.tracker, name.into(), task);
+    }
+
+    /// Runs `task` as a service that is stopped by its owner only once the work has drained
+    /// ([`Supervisor::drain_work`]), not by the shutdown token: the leader campaign, whose Lease
+    /// must stay held while the writes in flight finish. Ending or panicking before shutdown
+    /// stops the operator, as for any service.
+    pub fn spawn_final_service<F>(&self, name: impl Into<String>, task: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.supervise(&self.last, name.into(), task);
+    }
+
+    fn supervise<F>(&self, tracker: &TaskTracker, name: String, task: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
         // Whatever the service logs carries its name (a background task has no sync's span).
         let inner = tokio::spawn(task.instrument(tracing::info_span!("service", service = %name)));
         let shutdown = self.shutdown.clone();
         let stopped = self.stopped.clone();
-        self.tracker.spawn(async move {
+        tracker.spawn(async move {
             let how = match inner.await {
                 Ok(()) => How::Returned,
                 Err(error) if error.is_panic() => How::Panicked,
@@ -110,19 +132,29 @@ impl Supervisor {
         self.tracker.track_future(work)
     }
 
-    /// Waits up to `grace` for every task and tracked future to finish; returns how many had
-    /// not.
+    /// Waits up to `grace` for the work (every task and tracked future but the final services)
+    /// to finish; returns how many had not. Waiting for a final service here would wait out the
+    /// whole grace, since its owner stops it only after this returns.
+    pub async fn drain_work(&self, grace: Duration) -> usize {
+        Self::wait(&self.tracker, grace, "background work").await
+    }
+
+    /// Waits up to `grace` for the work, then up to `grace` for the final services; returns how
+    /// many tasks had not finished.
     pub async fn drain(&self, grace: Duration) -> usize {
-        self.tracker.close();
-        if tokio::time::timeout(grace, self.tracker.wait())
-            .await
-            .is_err()
-        {
-            let left = self.tracker.len();
+        Self::wait(&self.tracker, grace, "background work").await
+            + Self::wait(&self.last, grace, "final services").await
+    }
+
+    async fn wait(tracker: &TaskTracker, grace: Duration, what: &'static str) -> usize {
+        tracker.close();
+        if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
+            let left = tracker.len();
             tracing::warn!(
                 ?grace,
                 tasks = left,
-                "background work did not finish in time; exiting anyway"
+                what,
+                "tasks did not finish in time; exiting anyway"
             );
             return left;
         }
@@ -188,5 +220,45 @@ mod tests {
         sync.await.ok();
         assert_eq!(supervisor.drain(Duration::from_secs(5)).await, 0);
         assert_eq!(supervisor.stopped(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_work_drains_without_waiting_for_a_final_service() {
+        const GRACE: Duration = Duration::from_secs(10);
+        let supervisor = Supervisor::new(CancellationToken::new());
+        let watched = supervisor.shutdown();
+        supervisor.spawn_service("a watch", async move { watched.cancelled().await });
+        // A campaign: stopped by its owner once the work has drained, never by the token.
+        let release = CancellationToken::new();
+        let released = release.clone();
+        supervisor.spawn_final_service("a campaign", async move { released.cancelled().await });
+        let started = tokio::time::Instant::now();
+        supervisor.shutdown().cancel();
+        assert_eq!(supervisor.drain_work(GRACE).await, 0);
+        assert!(
+            started.elapsed() < GRACE,
+            "the work's drain waited {:?} for the campaign",
+            started.elapsed()
+        );
+        release.cancel();
+        assert_eq!(supervisor.drain(GRACE).await, 0);
+        assert!(started.elapsed() < GRACE);
+        assert_eq!(supervisor.stopped(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_final_service_that_ends_early_stops_the_operator() {
+        let supervisor = Supervisor::new(CancellationToken::new());
+        supervisor.spawn_final_service("a campaign", async {});
+        tokio::time::timeout(Duration::from_secs(5), supervisor.shutdown().cancelled())
+            .await
+            .expect("the early end cancels the shutdown token");
+        assert_eq!(
+            supervisor.stopped(),
+            Some(TaskStopped {
+                task: "a campaign".into(),
+                how: How::Returned
+            })
+        );
     }
 }

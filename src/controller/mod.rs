@@ -231,11 +231,12 @@ async fn run_one(
             }
         });
     // Syncs in flight (and the watches and clean-ups) get a grace to finish; then the
-    // controller is dropped. Not left to kube-runtime's own graceful shutdown, which can hold on
+    // controller is dropped. The leader campaign is not waited for: it holds the Lease until
+    // this returns. Not left to kube-runtime's own graceful shutdown, which can hold on
     // well after the last sync (before the first list of scalers, and at times after it).
     let drained = async {
         shutdown.cancelled().await;
-        supervisor.drain(SHUTDOWN_GRACE).await;
+        supervisor.drain_work(SHUTDOWN_GRACE).await;
     };
     tokio::select! {
         () = controller => {}
