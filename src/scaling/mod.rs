@@ -8,6 +8,7 @@
 //! [`Decision`]. The lab's operator entrant calls the same [`law`].
 
 mod behavior;
+mod capacity;
 mod decision;
 mod fallback;
 #[cfg(test)]
@@ -25,6 +26,10 @@ mod victims;
 mod zero;
 
 pub use behavior::{Behavior, Change, MAX_CHANGES, PolicyKind, RatePolicy, Rules, Select};
+pub use capacity::{
+    Capacity, CapacityRules, Evidence, HistogramError, Kept, Lesson, Share,
+    learn as learn_capacity, share_above,
+};
 pub use decision::decide;
 pub use fallback::{FallbackRules, SignalHealth, health as signal_health, with_fallback};
 pub use forecast::Sample;

@@ -1,0 +1,494 @@
+//! How much load one pod carries while the user's latency objective holds, learned online from
+//! what the pods export, so that nobody has to guess a per-replica target.
+//!
+//! Each sync brings one window of evidence: the load a Ready pod carried over the window (in the
+//! capacity's unit) and the share of the window's requests that missed the objective, read from
+//! a histogram. [`learn`] turns it into a new estimate by rules chosen so that the estimate cannot
+//! chase its own scaling:
+//! - a **miss** says the capacity is below the load it was measured at: the estimate drops to
+//!   `cut` × that load (never rises), and that load is remembered as a ceiling for later probes;
+//! - a **pass** says the capacity is at least the load: the estimate rises to it, and a pass
+//!   near the estimate probes a little above it (never past `cut` × the lowest load a miss was
+//!   seen at), so a fleet sized too large finds out;
+//! - a pass far below the estimate, a window with too few requests or a share the buckets cannot
+//!   place on either side of the budget says nothing: the estimate stays. A missing signal is
+//!   never read as a met objective.
+//!
+//! Every move is bounded per window (`max_rise`, `max_fall`) and the estimate stays within the
+//! rules' limits. The histogram's share above a budget is bracketed by the bucket bounds around
+//! it ([`share_above`]) instead of interpolated: vLLM's TTFT buckets jump from 1.0 to 2.5 s, and
+//! interpolating a 2 s budget inside that bucket counts a third of every 1–2.5 s first token as
+//! late.
+
+use thiserror::Error;
+
+/// The share of a histogram's observations above a budget, as far as its buckets tell.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Share {
+    /// Observations above the first bucket bound at or above the budget: certainly late.
+    pub at_least: f64,
+    /// Observations above the last bucket bound at or below the budget: possibly late.
+    pub at_most: f64,
+    /// Observations in the histogram.
+    pub observations: f64,
+}
+
+impl Share {
+    /// The budget is one of the bucket bounds: the share is known exactly.
+    pub fn exact(&self) -> bool {
+        self.at_least == self.at_most
+    }
+}
+
+/// Why a histogram gives no share.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum HistogramError {
+    #[error("the histogram has no observation in the window")]
+    Empty,
+    #[error("the histogram has no +Inf bucket")]
+    NoInfBucket,
+    #[error("the bucket bounds are not ascending at le={le}")]
+    Unordered { le: f64 },
+    #[error("the bucket counts fall from {before} to {after} at le={le}: not cumulative")]
+    NotCumulative { le: f64, before: f64, after: f64 },
+    #[error("the budget {budget} is not a positive number")]
+    Budget { budget: f64 },
+}
+
+/// The share of observations above `budget` in `cumulative`, a histogram as Prometheus answers
+/// `sum by (le) (increase(<name>_bucket[window]))`: `(le, observations ≤ le)` in ascending `le`,
+/// the last at +Inf.
+pub fn share_above(cumulative: &[(f64, f64)], budget: f64) -> Result<Share, HistogramError> {
+    if !(budget.is_finite() && budget > 0.0) {
+        return Err(HistogramError::Budget { budget });
+    }
+    let Some(&(last, total)) = cumulative.last() else {
+        return Err(HistogramError::NoInfBucket);
+    };
+    if last != f64::INFINITY {
+        return Err(HistogramError::NoInfBucket);
+    }
+    let mut previous = (f64::NEG_INFINITY, 0.0);
+    for &(le, count) in cumulative {
+        let (before_le, before) = previous;
+        if le.is_nan() || le <= before_le {
+            return Err(HistogramError::Unordered { le });
+        }
+        if count.is_nan() || count < before {
+            return Err(HistogramError::NotCumulative {
+                le,
+                before,
+                after: count,
+            });
+        }
+        previous = (le, count);
+    }
+    if total <= 0.0 {
+        return Err(HistogramError::Empty);
+    }
+    // At or below the budget: the last bound ≤ budget (none: everything may be late).
+    let below = cumulative
+        .iter()
+        .take_while(|(le, _)| *le <= budget)
+        .last()
+        .map_or(0.0, |(_, c)| *c);
+    // Within the first bound ≥ budget: possibly in time; above it: certainly late.
+    let within = cumulative
+        .iter()
+        .find(|(le, _)| *le >= budget)
+        .map_or(total, |(_, c)| *c);
+    Ok(Share {
+        at_least: (total - within) / total,
+        at_most: (total - below) / total,
+        observations: total,
+    })
+}
+
+/// The estimate and what it remembers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Capacity {
+    /// Load one Ready pod carries while the objective holds, in the estimate's unit.
+    pub per_pod: f64,
+    /// The lowest per-pod load the objective was seen missed at since a pass above it: probes
+    /// stay below it.
+    pub missed_at: Option<f64>,
+}
+
+impl Capacity {
+    /// A fleet with no history starts from `prior` (from the spec's target, or a conservative
+    /// default).
+    pub fn prior(per_pod: f64) -> Self {
+        Self {
+            per_pod,
+            missed_at: None,
+        }
+    }
+}
+
+/// How the estimate moves.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CapacityRules {
+    /// Share of requests the objective lets miss (1 − its percentile).
+    pub allowed_miss: f64,
+    /// A window with fewer requests than this is no evidence.
+    pub min_requests: f64,
+    /// A miss sets the estimate to this share of the load it was measured at; probes stop at
+    /// this share of the lowest load a miss was seen at.
+    pub cut: f64,
+    /// A pass at a load of at least `near` × the estimate probes the estimate up by `probe`.
+    pub near: f64,
+    pub probe: f64,
+    /// The most one window raises the estimate by, as a factor.
+    pub max_rise: f64,
+    /// The most one window lowers the estimate by, as a factor (below 1).
+    pub max_fall: f64,
+    /// The estimate never leaves these limits.
+    pub floor: f64,
+    pub ceiling: f64,
+}
+
+impl CapacityRules {
+    /// The defaults for an objective met by `percentile` % of requests.
+    pub fn for_percentile(percentile: f64, floor: f64, ceiling: f64) -> Self {
+        Self {
+            allowed_miss: (1.0 - percentile / 100.0).clamp(0.0, 1.0),
+            min_requests: 20.0,
+            cut: 0.9,
+            near: 0.8,
+            probe: 1.03,
+            max_rise: 1.25,
+            max_fall: 0.5,
+            floor,
+            ceiling,
+        }
+    }
+}
+
+/// One window's evidence.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Evidence {
+    /// The mean load one Ready pod carried over the window.
+    pub load: f64,
+    /// The share of the window's requests that missed the objective.
+    pub late: Share,
+}
+
+/// What one window taught, rendered into status and events by the controller.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Lesson {
+    /// The objective was missed at `load`: the estimate came down.
+    Lowered { from: f64, to: f64, load: f64 },
+    /// The objective held at `load`, above the estimate: the estimate came up.
+    Raised { from: f64, to: f64, load: f64 },
+    /// The objective held near the estimate: the estimate probes a little above it.
+    Probed { from: f64, to: f64 },
+    /// Nothing moved the estimate.
+    Kept(Kept),
+}
+
+/// Why a window left the estimate where it was.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Kept {
+    /// No histogram could be read, or it was empty: nothing is measured.
+    NothingMeasured,
+    /// Too few requests to judge the objective on.
+    TooFewRequests { requests: f64, needed: f64 },
+    /// The buckets around the budget cannot tell whether the share allowed was exceeded.
+    Unclear {
+        at_least: f64,
+        at_most: f64,
+        allowed: f64,
+    },
+    /// The objective held, but at a load too far below the estimate to say anything about it.
+    FarBelow { load: f64 },
+    /// The objective held near the estimate, which already stands at the highest a past miss
+    /// allows.
+    BelowPastMiss { missed_at: f64 },
+    /// A miss, but the estimate is already at or below what it says.
+    AlreadyBelow { load: f64 },
+}
+
+/// The estimate after one window of evidence (`None`: no usable histogram in the window).
+pub fn learn(
+    capacity: Capacity,
+    evidence: Option<Evidence>,
+    rules: &CapacityRules,
+) -> (Capacity, Lesson) {
+    let from = capacity.per_pod;
+    let bounded = |to: f64| {
+        to.clamp(from * rules.max_fall, from * rules.max_rise)
+            .clamp(rules.floor, rules.ceiling)
+    };
+    let Some(Evidence { load, late }) = evidence.filter(|e| e.load.is_finite() && e.load >= 0.0)
+    else {
+        return (capacity, Lesson::Kept(Kept::NothingMeasured));
+    };
+    if late.observations < rules.min_requests {
+        let kept = Kept::TooFewRequests {
+            requests: late.observations,
+            needed: rules.min_requests,
+        };
+        return (capacity, Lesson::Kept(kept));
+    }
+    if late.at_least > rules.allowed_miss {
+        let missed_at = Some(capacity.missed_at.map_or(load, |m| m.min(load)));
+        let to = bounded(from.min(rules.cut * load));
+        let lesson = if to < from {
+            Lesson::Lowered { from, to, load }
+        } else {
+            Lesson::Kept(Kept::AlreadyBelow { load })
+        };
+        return (
+            Capacity {
+                per_pod: to,
+                missed_at,
+            },
+            lesson,
+        );
+    }
+    if late.at_most > rules.allowed_miss {
+        let kept = Kept::Unclear {
+            at_least: late.at_least,
+            at_most: late.at_most,
+            allowed: rules.allowed_miss,
+        };
+        return (capacity, Lesson::Kept(kept));
+    }
+    // A pass at a load above a past miss: that miss no longer describes the pods.
+    let missed_at = capacity.missed_at.filter(|m| *m > load);
+    if load > from {
+        let to = bounded(load);
+        return (
+            Capacity {
+                per_pod: to,
+                missed_at,
+            },
+            Lesson::Raised { from, to, load },
+        );
+    }
+    if load < rules.near * from {
+        return (capacity, Lesson::Kept(Kept::FarBelow { load }));
+    }
+    let limit = missed_at.map_or(f64::INFINITY, |m| rules.cut * m);
+    let to = bounded((from * rules.probe).min(limit)).max(from);
+    let lesson = match missed_at {
+        Some(missed_at) if to <= from => Lesson::Kept(Kept::BelowPastMiss { missed_at }),
+        _ => Lesson::Probed { from, to },
+    };
+    (
+        Capacity {
+            per_pod: to,
+            missed_at,
+        },
+        lesson,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn rules() -> CapacityRules {
+        CapacityRules::for_percentile(99.0, 0.1, 256.0)
+    }
+
+    /// A window of `requests` at `load`, of which `late` missed (an exact share).
+    fn window(load: f64, requests: f64, late: f64) -> Option<Evidence> {
+        Some(Evidence {
+            load,
+            late: Share {
+                at_least: late,
+                at_most: late,
+                observations: requests,
+            },
+        })
+    }
+
+    /// vLLM's TTFT buckets around 2 s, as a cumulative histogram.
+    fn ttft(counts: [f64; 4]) -> Vec<(f64, f64)> {
+        vec![
+            (0.5, counts[0]),
+            (1.0, counts[1]),
+            (2.5, counts[2]),
+            (f64::INFINITY, counts[3]),
+        ]
+    }
+
+    #[test]
+    fn a_budget_between_bounds_is_bracketed_and_on_a_bound_is_exact() {
+        // 100 requests: 60 within 0.5 s, 90 within 1 s, 98 within 2.5 s.
+        let h = ttft([60.0, 90.0, 98.0, 100.0]);
+        let share = share_above(&h, 2.0).unwrap();
+        assert_eq!((share.at_least, share.at_most), (0.02, 0.10));
+        assert!(!share.exact());
+        let share = share_above(&h, 2.5).unwrap();
+        assert_eq!((share.at_least, share.at_most), (0.02, 0.02));
+        assert!(share.exact());
+        // Below the first bound: anything may be late.
+        assert_eq!(share_above(&h, 0.1).unwrap().at_most, 1.0);
+        assert_eq!(share_above(&h, 0.1).unwrap().at_least, 0.4);
+        // Above the last finite bound: nothing is certainly late.
+        let share = share_above(&h, 5.0).unwrap();
+        assert_eq!((share.at_least, share.at_most), (0.0, 0.02));
+    }
+
+    #[test]
+    fn a_broken_histogram_is_an_error_not_a_share() {
+        assert_eq!(
+            share_above(&ttft([0.0; 4]), 2.0),
+            Err(HistogramError::Empty)
+        );
+        assert_eq!(
+            share_above(&[(1.0, 3.0)], 2.0),
+            Err(HistogramError::NoInfBucket)
+        );
+        assert_eq!(share_above(&[], 2.0), Err(HistogramError::NoInfBucket));
+        assert!(matches!(
+            share_above(&ttft([5.0, 4.0, 6.0, 7.0]), 2.0),
+            Err(HistogramError::NotCumulative { le, .. }) if le == 1.0
+        ));
+        assert!(matches!(
+            share_above(&[(2.0, 1.0), (1.0, 2.0), (f64::INFINITY, 3.0)], 2.0),
+            Err(HistogramError::Unordered { le }) if le == 1.0
+        ));
+        assert!(matches!(
+            share_above(&ttft([1.0, 2.0, 3.0, 4.0]), 0.0),
+            Err(HistogramError::Budget { .. })
+        ));
+        assert!(matches!(
+            share_above(&ttft([1.0, f64::NAN, 3.0, 4.0]), 2.0),
+            Err(HistogramError::NotCumulative { .. })
+        ));
+    }
+
+    #[test]
+    fn a_miss_cuts_to_below_the_load_and_caps_later_probes() {
+        let r = rules();
+        let (c, lesson) = learn(Capacity::prior(16.0), window(10.0, 100.0, 0.05), &r);
+        assert_eq!(c.per_pod, 9.0);
+        assert_eq!(c.missed_at, Some(10.0));
+        assert_eq!(
+            lesson,
+            Lesson::Lowered {
+                from: 16.0,
+                to: 9.0,
+                load: 10.0
+            }
+        );
+        // The same miss seen again (overlapping windows) changes nothing.
+        let (again, lesson) = learn(c, window(10.0, 100.0, 0.05), &r);
+        assert_eq!(again, c);
+        assert_eq!(lesson, Lesson::Kept(Kept::AlreadyBelow { load: 10.0 }));
+        // Passes near the estimate never probe past 0.9 × the load that missed.
+        let mut c = c;
+        for _ in 0..100 {
+            c = learn(c, window(c.per_pod, 100.0, 0.0), &r).0;
+        }
+        assert_eq!(c.per_pod, 9.0);
+        // A pass above the old miss clears it.
+        let (c, lesson) = learn(c, window(11.0, 100.0, 0.0), &r);
+        assert_eq!(c.missed_at, None);
+        assert!(matches!(lesson, Lesson::Raised { to, .. } if to == 11.0));
+    }
+
+    #[test]
+    fn nothing_measured_too_few_requests_or_unclear_buckets_keep_the_estimate() {
+        let r = rules();
+        let c = Capacity::prior(8.0);
+        assert_eq!(learn(c, None, &r), (c, Lesson::Kept(Kept::NothingMeasured)));
+        assert_eq!(
+            learn(c, window(30.0, 5.0, 1.0), &r).1,
+            Lesson::Kept(Kept::TooFewRequests {
+                requests: 5.0,
+                needed: 20.0
+            })
+        );
+        let unclear = Some(Evidence {
+            load: 8.0,
+            late: Share {
+                at_least: 0.0,
+                at_most: 0.2,
+                observations: 100.0,
+            },
+        });
+        assert!(matches!(
+            learn(c, unclear, &r),
+            (same, Lesson::Kept(Kept::Unclear { .. })) if same == c
+        ));
+        assert_eq!(
+            learn(c, window(2.0, 100.0, 0.0), &r),
+            (c, Lesson::Kept(Kept::FarBelow { load: 2.0 }))
+        );
+        assert_eq!(learn(c, window(f64::NAN, 100.0, 0.0), &r).0, c);
+    }
+
+    #[test]
+    fn a_pass_well_above_the_estimate_rises_by_a_bounded_step() {
+        let (c, lesson) = learn(Capacity::prior(4.0), window(20.0, 100.0, 0.0), &rules());
+        assert_eq!(c.per_pod, 5.0);
+        assert_eq!(
+            lesson,
+            Lesson::Raised {
+                from: 4.0,
+                to: 5.0,
+                load: 20.0
+            }
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn the_estimate_moves_boundedly_and_only_the_way_the_evidence_points(
+            per_pod in 0.1f64..256.0,
+            missed in proptest::option::of(0.1f64..300.0),
+            load in 0.0f64..300.0,
+            requests in 0.0f64..500.0,
+            at_least in 0.0f64..1.0,
+            spread in 0.0f64..1.0,
+        ) {
+            let r = rules();
+            let before = Capacity { per_pod, missed_at: missed };
+            let late = Share { at_least, at_most: (at_least + spread).min(1.0), observations: requests };
+            let (after, lesson) = learn(before, Some(Evidence { load, late }), &r);
+            prop_assert!(after.per_pod >= r.floor && after.per_pod <= r.ceiling);
+            prop_assert!(after.per_pod <= per_pod * r.max_rise + 1e-9);
+            prop_assert!(after.per_pod >= per_pod * r.max_fall - 1e-9);
+            let judged = requests >= r.min_requests;
+            if judged && late.at_least > r.allowed_miss {
+                prop_assert!(after.per_pod <= per_pod, "a miss never raises: {lesson:?}");
+                prop_assert!(after.missed_at.is_some_and(|m| m <= load));
+            } else if judged && late.at_most <= r.allowed_miss {
+                prop_assert!(after.per_pod >= per_pod, "a pass never lowers: {lesson:?}");
+            } else {
+                prop_assert_eq!(after, before);
+            }
+            if let Lesson::Probed { to, .. } = lesson {
+                prop_assert!(after.missed_at.is_none_or(|m| to <= r.cut * m + 1e-9));
+            }
+        }
+
+        #[test]
+        fn a_steady_load_that_meets_the_objective_settles(
+            prior in 0.5f64..64.0,
+            load in 0.5f64..64.0,
+            capacity in 0.5f64..64.0,
+        ) {
+            // Pods that miss above `capacity` and pass below it, at a steady per-pod load
+            // (the fleet is sized to the estimate, so the load per pod follows it).
+            let r = rules();
+            let mut c = Capacity::prior(prior);
+            let mut trail = Vec::new();
+            for _ in 0..400 {
+                let per_pod = load.min(c.per_pod);
+                let late = if per_pod > capacity { 0.05 } else { 0.0 };
+                c = learn(c, window(per_pod, 100.0, late), &r).0;
+                trail.push(c.per_pod);
+            }
+            // Settled: the last hundred windows do not move it.
+            let tail = &trail[300..];
+            prop_assert!(tail.iter().all(|x| *x == tail[0]), "{:?}", &trail[290..]);
+        }
+    }
+}
