@@ -29,7 +29,7 @@ use llmscaleoperator_sim::lab::run::{FleetSetup, Outcome, run};
 use llmscaleoperator_sim::lab::traces::Trace;
 use llmscaleoperator_sim::lab::workload::{Request, Shape};
 use llmscaleoperator_sim::lab::{results_csv, verdict};
-pub use operator::{Operator, TARGET};
+pub use operator::{Late, Operator, TARGET};
 use serde_json::json;
 
 /// One policy of a cell's roster.
@@ -125,6 +125,13 @@ fn roster(
             Oracle::new(requests, duration, capacity, startup * 1.2, bounds),
         ),
     ];
+    for late in [Late::QueueTpot, Late::TtftTpot] {
+        all.push(entrant(
+            "objective",
+            false,
+            Operator::objective(bounds, late),
+        ));
+    }
     // The oracle sized with headroom: what knowing the future buys at a given cost, so a reader
     // can tell the misses any sizing could still remove from those only spare capacity absorbs
     // (bursts shorter than a start-up).

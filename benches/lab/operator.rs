@@ -10,11 +10,12 @@ use llmscaleoperator::api::behavior::{behavior, stages, target_type, zero_rules}
 use llmscaleoperator::api::validation::parse_target;
 use llmscaleoperator::api::{LLMScalerSpec, ScaleDownBehavior};
 use llmscaleoperator::scaling::{
-    Bounds as OpBounds, Input, Learned, Memory, MetricReading, Pause, Signal as OpSignal,
-    SkipReason, Stored, TargetState, TargetType, Unreadable, ZeroMemory, ZeroRules,
-    effective_startup, law, learn_startup,
+    Bounds as OpBounds, Capacity, CapacityRules, Evidence, Input, Learned, Memory, MetricReading,
+    Pause, Share, Signal as OpSignal, SkipReason, Stored, TargetState, TargetType, Unreadable,
+    ZeroMemory, ZeroRules, effective_startup, law, learn_capacity, learn_startup, share_above,
 };
-use llmscaleoperator_sim::lab::metrics::Gauge;
+use llmscaleoperator_sim::lab::exported::Buckets;
+use llmscaleoperator_sim::lab::metrics::{Gauge, OverTime};
 use llmscaleoperator_sim::lab::policy::{Bounds, Policy, Victims, View};
 use serde_json::json;
 
@@ -61,6 +62,66 @@ pub struct Operator {
     /// The metric is the mean KV-cache use of the scraped pods (`avg(vllm:kv_cache_usage_perc)`)
     /// instead of the requests in flight per pod.
     reads_kv_cache: bool,
+    /// The target is learned from the latency objective instead of fixed.
+    objective: Option<Learning>,
+}
+
+/// Which histograms say a request missed the objective.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Late {
+    /// `vllm:request_queue_time_seconds` above half the TTFT budget (load-dependent only), or
+    /// `vllm:request_time_per_output_token_seconds` above the TPOT budget.
+    QueueTpot,
+    /// `vllm:time_to_first_token_seconds` above the budget (bracketed by its buckets), or TPOT
+    /// above its budget.
+    TtftTpot,
+}
+
+/// Either of two misses: at least the larger share, at most their sum.
+fn either(a: Share, b: Share) -> Share {
+    Share {
+        at_least: a.at_least.max(b.at_least),
+        at_most: (a.at_most + b.at_most).min(1.0),
+        observations: a.observations.min(b.observations),
+    }
+}
+
+/// The per-pod target learned from the objective (TTFT and TPOT budgets at a percentile).
+#[derive(Debug, Clone)]
+struct Learning {
+    capacity: Capacity,
+    rules: CapacityRules,
+    late: Late,
+    ttft: f64,
+    tpot: f64,
+    /// Seconds of history each lesson reads.
+    window: f64,
+    trail: Vec<(f64, f64, f64, f64, f64)>,
+}
+
+fn cumulative(b: &Buckets) -> Vec<(f64, f64)> {
+    b.cumulative()
+        .into_iter()
+        .map(|(le, c)| (le, c as f64))
+        .collect()
+}
+
+impl Learning {
+    /// The share of the window's requests that missed, as far as the histograms tell.
+    fn late(&self, view: &View<'_>) -> Option<(Share, f64)> {
+        let e = view.metrics.increase(view.now, self.window);
+        let requests = e.ttft.count() as f64;
+        let ttft = share_above(&cumulative(&e.ttft), self.ttft).ok();
+        let tpot = share_above(&cumulative(&e.tpot), self.tpot).ok()?;
+        let share = match self.late {
+            Late::QueueTpot => either(
+                share_above(&cumulative(&e.queue), self.ttft / 2.0).ok()?,
+                tpot,
+            ),
+            Late::TtftTpot => either(ttft?, tpot),
+        };
+        Some((share, requests))
+    }
 }
 
 impl Operator {
@@ -109,7 +170,25 @@ impl Operator {
             learned_until: 0.0,
             pause: None,
             reads_kv_cache: false,
+            objective: None,
         }
+    }
+
+    /// Scaling to the latency objective (TTFT ≤ 2 s, TPOT ≤ 100 ms for 99% of requests): the
+    /// in-flight target is learned, starting from the spec's.
+    pub fn objective(bounds: Bounds, late: Late) -> Self {
+        let mut operator = Self::new(bounds);
+        operator.objective = Some(Learning {
+            capacity: Capacity::prior(operator.target),
+            rules: CapacityRules::for_percentile(99.0, 0.25, 256.0),
+            late,
+            ttft: 2.0,
+            tpot: 0.1,
+            window: 60.0,
+            trail: Vec::new(),
+        });
+        operator.label = format!("llmscaleoperator (objective, {late:?})");
+        operator
     }
 
     /// Scaling on the mean KV-cache use of the pods, `avg(vllm:kv_cache_usage_perc)`, against
@@ -199,6 +278,37 @@ impl Policy for Operator {
                 })
             }
         };
+        if let Some(learning) = &mut self.objective {
+            let running =
+                view.metrics
+                    .over_time(view.now, Gauge::Running, learning.window, OverTime::Avg);
+            let load = (!running.is_empty())
+                .then(|| running.iter().map(|(_, v)| v).sum::<f64>() / running.len() as f64);
+            let evidence = learning
+                .late(view)
+                .zip(load)
+                .map(|((late, _), load)| Evidence { load, late });
+            let (capacity, _) = learn_capacity(learning.capacity, evidence, &learning.rules);
+            learning.capacity = capacity;
+            self.target = capacity.per_pod;
+            if std::env::var_os("OBJECTIVE_TRACE").is_some() {
+                let (lo, hi) =
+                    evidence.map_or((f64::NAN, f64::NAN), |e| (e.late.at_least, e.late.at_most));
+                learning
+                    .trail
+                    .push((view.now, capacity.per_pod, load.unwrap_or(f64::NAN), lo, hi));
+                if learning.trail.len() % 20 == 1 {
+                    eprintln!(
+                        "{} t={:.0} C={:.2} load={:.2} late=[{lo:.4}, {hi:.4}] spec={}",
+                        self.label,
+                        view.now,
+                        capacity.per_pod,
+                        load.unwrap_or(f64::NAN),
+                        view.spec
+                    );
+                }
+            }
+        }
         // What the controller learns from the pods' creation and Ready times.
         let mut became_ready: Vec<(f64, f64)> = view
             .pods

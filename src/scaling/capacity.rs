@@ -5,7 +5,8 @@
 //! capacity's unit) and the share of the window's requests that missed the objective, read from
 //! a histogram. [`learn`] turns it into a new estimate by rules chosen so that the estimate cannot
 //! chase its own scaling:
-//! - a **miss** says the capacity is below the load it was measured at: the estimate drops to
+//! - a **miss** (more late requests than the objective allows, beyond chance) says the capacity
+//!   is below the load it was measured at: the estimate drops to
 //!   `cut` × that load (never rises), and that load is remembered as a ceiling for later probes;
 //! - a **pass** says the capacity is at least the load: the estimate rises to it, and a pass
 //!   near the estimate probes a little above it (never past `cut` × the lowest load a miss was
@@ -132,6 +133,10 @@ pub struct CapacityRules {
     pub allowed_miss: f64,
     /// A window with fewer requests than this is no evidence.
     pub min_requests: f64,
+    /// How many standard deviations above the allowed count of late requests a window's count
+    /// must be to be a miss: a window of 250 requests under a 1% allowance expects 2.5 late
+    /// ones, and 4 are chance, not evidence.
+    pub confidence: f64,
     /// A miss sets the estimate to this share of the load it was measured at; probes stop at
     /// this share of the lowest load a miss was seen at.
     pub cut: f64,
@@ -153,6 +158,7 @@ impl CapacityRules {
         Self {
             allowed_miss: (1.0 - percentile / 100.0).clamp(0.0, 1.0),
             min_requests: 20.0,
+            confidence: 2.0,
             cut: 0.9,
             near: 0.8,
             probe: 1.03,
@@ -230,7 +236,10 @@ pub fn learn(
         };
         return (capacity, Lesson::Kept(kept));
     }
-    if late.at_least > rules.allowed_miss {
+    let n = late.observations;
+    let allowed = rules.allowed_miss * n;
+    let margin = rules.confidence * (allowed * (1.0 - rules.allowed_miss)).sqrt();
+    if late.at_least * n > allowed + margin {
         let missed_at = Some(capacity.missed_at.map_or(load, |m| m.min(load)));
         let to = bounded(from.min(rules.cut * load));
         let lesson = if to < from {
@@ -247,6 +256,7 @@ pub fn learn(
         );
     }
     if late.at_most > rules.allowed_miss {
+        // Within chance of the allowance, or the buckets cannot tell: either way, no evidence.
         let kept = Kept::Unclear {
             at_least: late.at_least,
             at_most: late.at_most,
@@ -425,6 +435,29 @@ mod tests {
     }
 
     #[test]
+    fn late_requests_within_chance_of_the_allowance_are_no_miss() {
+        let r = rules();
+        let c = Capacity::prior(8.0);
+        // 250 requests allow 2.5 late ones; 5 (2%) is within two standard deviations (≈3.1).
+        let (kept, lesson) = learn(c, window(8.0, 250.0, 0.02), &r);
+        assert_eq!(kept, c);
+        assert!(
+            matches!(lesson, Lesson::Kept(Kept::Unclear { .. })),
+            "{lesson:?}"
+        );
+        // 8 (3.2%) is not.
+        assert!(matches!(
+            learn(c, window(8.0, 250.0, 0.032), &r).1,
+            Lesson::Lowered { .. }
+        ));
+        // Over 2,500 requests, 2% is well beyond chance.
+        assert!(matches!(
+            learn(c, window(8.0, 2500.0, 0.02), &r).1,
+            Lesson::Lowered { .. }
+        ));
+    }
+
+    #[test]
     fn a_pass_well_above_the_estimate_rises_by_a_bounded_step() {
         let (c, lesson) = learn(Capacity::prior(4.0), window(20.0, 100.0, 0.0), &rules());
         assert_eq!(c.per_pod, 5.0);
@@ -456,10 +489,13 @@ mod tests {
             prop_assert!(after.per_pod <= per_pod * r.max_rise + 1e-9);
             prop_assert!(after.per_pod >= per_pod * r.max_fall - 1e-9);
             let judged = requests >= r.min_requests;
-            if judged && late.at_least > r.allowed_miss {
+            let allowed = r.allowed_miss * requests;
+            let beyond_chance = late.at_least * requests
+                > allowed + r.confidence * (allowed * (1.0 - r.allowed_miss)).sqrt();
+            if judged && beyond_chance {
                 prop_assert!(after.per_pod <= per_pod, "a miss never raises: {lesson:?}");
                 prop_assert!(after.missed_at.is_some_and(|m| m <= load));
-            } else if judged && late.at_most <= r.allowed_miss {
+            } else if judged && !beyond_chance && late.at_most <= r.allowed_miss {
                 prop_assert!(after.per_pod >= per_pod, "a pass never lowers: {lesson:?}");
             } else {
                 prop_assert_eq!(after, before);

@@ -430,6 +430,9 @@ impl Engine {
             if seq.output_left == 0 {
                 let first = seq.first_token.unwrap_or(at);
                 let tpot = (seq.output > 1).then(|| (at - first) / f64::from(seq.output - 1));
+                if let Some(tpot) = tpot {
+                    self.exported.tpot.observe_n(tpot, 1);
+                }
                 events.push(Event::Finished {
                     request: seq.request,
                     at,
@@ -688,6 +691,44 @@ mod tests {
         let (f48, t48) = latency(48);
         assert!(f1 < f16 && f16 < f48, "{f1} {f16} {f48}");
         assert!(t1 < t16 && t16 < t48, "{t1} {t16} {t48}");
+    }
+
+    /// `vllm:request_time_per_output_token_seconds` is observed once per finished request of
+    /// more than one token, at the TPOT the request was judged on.
+    #[test]
+    fn each_finished_request_exports_its_time_per_output_token() {
+        let mut e = Engine::new(PodProfile::default());
+        // A stream that shares its decode with a long prefill (a stall), one alone, one of a
+        // single token (no TPOT).
+        e.push(arrival(0, 0.0, 200, 13));
+        e.push(arrival(1, 0.2, 4000, 2));
+        e.push(arrival(2, 0.2, 100, 1));
+        let mut events = Vec::new();
+        let mut t = 0.0;
+        while !e.is_idle() && t < 60.0 {
+            e.tick(t, DT, &mut events);
+            t += DT;
+        }
+        let judged: Vec<f64> = events
+            .iter()
+            .filter_map(|ev| match ev {
+                Event::Finished { tpot, .. } => *tpot,
+                _ => None,
+            })
+            .collect();
+        assert_eq!(judged.len(), 2);
+        assert_eq!(e.exported.tpot.count(), 2);
+        let slow = judged.iter().filter(|x| **x > 0.1).count() as u64;
+        assert!(
+            slow >= 1,
+            "the stalled stream misses a 100 ms TPOT: {judged:?}"
+        );
+        let cumulative = e.exported.tpot.cumulative();
+        let within = cumulative
+            .iter()
+            .find(|(le, _)| *le == 0.1)
+            .map(|(_, c)| *c);
+        assert_eq!(within, Some(2 - slow));
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! What a lab pod exports besides its gauges, as vLLM does: the TTFT, inter-token-latency and
-//! queue-time histograms (vLLM 0.33's buckets, `crate::fleet`) and the prompt and generation
+//! What a lab pod exports besides its gauges, as vLLM does: the TTFT, inter-token-latency,
+//! queue-time and per-request time-per-output-token histograms (vLLM 0.33's buckets, `crate::fleet`) and the prompt and generation
 //! token counters. Scraped with the gauges (same phase, same delay), so a policy can read latency
 //! the way it would in a cluster: `histogram_quantile` over the increase of the buckets.
 
@@ -130,6 +130,9 @@ pub struct Exported {
     pub itl: Buckets,
     /// `vllm:request_queue_time_seconds`, from arrival to first being scheduled.
     pub queue: Buckets,
+    /// `vllm:request_time_per_output_token_seconds`, one observation per finished request of
+    /// more than one token: its mean time per output token after the first.
+    pub tpot: Buckets,
     /// `vllm:prompt_tokens_total`.
     pub prompt_tokens: u64,
     /// `vllm:generation_tokens_total`.
@@ -142,6 +145,7 @@ impl Default for Exported {
             ttft: Buckets::new(&TTFT_BUCKETS),
             itl: Buckets::new(&ITL_BUCKETS),
             queue: Buckets::new(&REQUEST_LATENCY_BUCKETS),
+            tpot: Buckets::new(&ITL_BUCKETS),
             prompt_tokens: 0,
             generation_tokens: 0,
         }
@@ -155,6 +159,7 @@ impl Exported {
             ttft: self.ttft.since(&earlier.ttft),
             itl: self.itl.since(&earlier.itl),
             queue: self.queue.since(&earlier.queue),
+            tpot: self.tpot.since(&earlier.tpot),
             prompt_tokens: self.prompt_tokens.saturating_sub(earlier.prompt_tokens),
             generation_tokens: self
                 .generation_tokens
@@ -167,6 +172,7 @@ impl Exported {
         self.ttft.add(&other.ttft);
         self.itl.add(&other.itl);
         self.queue.add(&other.queue);
+        self.tpot.add(&other.tpot);
         self.prompt_tokens += other.prompt_tokens;
         self.generation_tokens += other.generation_tokens;
     }
