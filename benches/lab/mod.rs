@@ -127,11 +127,15 @@ fn roster(
     ];
     // The operator scaling to the latency objective, its in-flight target learned (issue 30's
     // work in progress; not the default yet).
-    for late in [Late::QueueTpot, Late::TtftTpot] {
+    for (late, prior) in [
+        (Late::QueueTime(0.5), 4.0),
+        (Late::QueueTime(0.5), 16.0),
+        (Late::InterpolatedTtft, 4.0),
+    ] {
         all.push(entrant(
             "operator",
             false,
-            Operator::objective(bounds, late),
+            Operator::objective(bounds, late, prior),
         ));
     }
     // The oracle sized with headroom: what knowing the future buys at a given cost, so a reader

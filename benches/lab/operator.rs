@@ -66,15 +66,16 @@ pub struct Operator {
     objective: Option<Learning>,
 }
 
-/// Which histograms say a request missed the objective.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which histograms say a request missed the objective. Either way a request whose
+/// `vllm:request_time_per_output_token_seconds` is above the TPOT budget missed too.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Late {
-    /// `vllm:request_queue_time_seconds` above half the TTFT budget (load-dependent only), or
-    /// `vllm:request_time_per_output_token_seconds` above the TPOT budget.
-    QueueTpot,
-    /// `vllm:time_to_first_token_seconds` above the budget (bracketed by its buckets), or TPOT
-    /// above its budget.
-    TtftTpot,
+    /// `vllm:request_queue_time_seconds` above this many seconds: only what load changes.
+    QueueTime(f64),
+    /// `vllm:time_to_first_token_seconds` above the budget, interpolated inside its bucket as
+    /// `histogram_quantile` would (the bucket around 2 s is (1.0, 2.5]): long prompts' misses,
+    /// which no fleet size removes, count too.
+    InterpolatedTtft,
 }
 
 /// Either of two misses: at least the larger share, at most their sum.
@@ -96,7 +97,6 @@ struct Learning {
     tpot: f64,
     /// Seconds of history each lesson reads.
     window: f64,
-    trail: Vec<(f64, f64, f64, f64, f64)>,
 }
 
 fn cumulative(b: &Buckets) -> Vec<(f64, f64)> {
@@ -108,19 +108,24 @@ fn cumulative(b: &Buckets) -> Vec<(f64, f64)> {
 
 impl Learning {
     /// The share of the window's requests that missed, as far as the histograms tell.
-    fn late(&self, view: &View<'_>) -> Option<(Share, f64)> {
+    fn late(&self, view: &View<'_>) -> Option<Share> {
         let e = view.metrics.increase(view.now, self.window);
-        let requests = e.ttft.count() as f64;
-        let ttft = share_above(&cumulative(&e.ttft), self.ttft).ok();
         let tpot = share_above(&cumulative(&e.tpot), self.tpot).ok()?;
         let share = match self.late {
-            Late::QueueTpot => either(
-                share_above(&cumulative(&e.queue), self.ttft / 2.0).ok()?,
-                tpot,
-            ),
-            Late::TtftTpot => either(ttft?, tpot),
+            Late::QueueTime(queue) => either(share_above(&cumulative(&e.queue), queue).ok()?, tpot),
+            Late::InterpolatedTtft => {
+                let ttft = share_above(&cumulative(&e.ttft), self.ttft).ok()?;
+                // A third of the (1.0, 2.5] bucket lies above 2 s.
+                let mid = ttft.at_least + (ttft.at_most - ttft.at_least) / 3.0;
+                let mid = Share {
+                    at_least: mid,
+                    at_most: mid,
+                    observations: ttft.observations,
+                };
+                either(mid, tpot)
+            }
         };
-        Some((share, requests))
+        Some(share)
     }
 }
 
@@ -176,18 +181,17 @@ impl Operator {
 
     /// Scaling to the latency objective (TTFT ≤ 2 s, TPOT ≤ 100 ms for 99% of requests): the
     /// in-flight target is learned, starting from the spec's.
-    pub fn objective(bounds: Bounds, late: Late) -> Self {
+    pub fn objective(bounds: Bounds, late: Late, prior: f64) -> Self {
         let mut operator = Self::new(bounds);
         operator.objective = Some(Learning {
-            capacity: Capacity::prior(operator.target),
+            capacity: Capacity::prior(prior),
             rules: CapacityRules::for_percentile(99.0, 0.25, 256.0),
             late,
             ttft: 2.0,
             tpot: 0.1,
             window: 60.0,
-            trail: Vec::new(),
         });
-        operator.label = format!("llmscaleoperator (objective, {late:?})");
+        operator.label = format!("llmscaleoperator (objective, {late:?}, prior {prior})");
         operator
     }
 
@@ -284,29 +288,25 @@ impl Policy for Operator {
                     .over_time(view.now, Gauge::Running, learning.window, OverTime::Avg);
             let load = (!running.is_empty())
                 .then(|| running.iter().map(|(_, v)| v).sum::<f64>() / running.len() as f64);
-            let evidence = learning
-                .late(view)
-                .zip(load)
-                .map(|((late, _), load)| Evidence { load, late });
-            let (capacity, _) = learn_capacity(learning.capacity, evidence, &learning.rules);
+            let evidence = learning.late(view).zip(load).map(|(late, load)| Evidence {
+                load,
+                late,
+                // Every pod asked for was Ready through the window.
+                settled: view.current() == view.spec
+                    && view
+                        .pods
+                        .iter()
+                        .all(|p| p.ready_at.is_some_and(|r| r <= view.now - learning.window)),
+            });
+            let (capacity, lesson) = learn_capacity(learning.capacity, evidence, &learning.rules);
             learning.capacity = capacity;
             self.target = capacity.per_pod;
+            // OBJECTIVE_TRACE=1 prints what each sync learned (for studying the estimator).
             if std::env::var_os("OBJECTIVE_TRACE").is_some() {
-                let (lo, hi) =
-                    evidence.map_or((f64::NAN, f64::NAN), |e| (e.late.at_least, e.late.at_most));
-                learning
-                    .trail
-                    .push((view.now, capacity.per_pod, load.unwrap_or(f64::NAN), lo, hi));
-                if learning.trail.len() % 20 == 1 {
-                    eprintln!(
-                        "{} t={:.0} C={:.2} load={:.2} late=[{lo:.4}, {hi:.4}] spec={}",
-                        self.label,
-                        view.now,
-                        capacity.per_pod,
-                        load.unwrap_or(f64::NAN),
-                        view.spec
-                    );
-                }
+                eprintln!(
+                    "{} t={:.0} spec={} load={:?} {lesson:?}",
+                    self.label, view.now, view.spec, load
+                );
             }
         }
         // What the controller learns from the pods' creation and Ready times.

@@ -6,16 +6,17 @@
 //! a histogram. [`learn`] turns it into a new estimate by rules chosen so that the estimate cannot
 //! chase its own scaling:
 //! - a **miss** (more late requests than the objective allows, beyond chance) says the capacity
-//!   is below the load it was measured at: the estimate drops to
-//!   `cut` × that load (never rises), and that load is remembered as a ceiling for later probes;
-//! - a **pass** says the capacity is at least the load: the estimate rises to it, and a pass
-//!   near the estimate probes a little above it (never past `cut` × the lowest load a miss was
-//!   seen at), so a fleet sized too large finds out;
-//! - a pass far below the estimate, a window with too few requests or a share the buckets cannot
-//!   place on either side of the budget says nothing: the estimate stays. A missing signal is
-//!   never read as a met objective.
+//!   is below the load it was measured at: the estimate drops to `cut` × that load (never
+//!   rises), and that load is remembered as a ceiling for later probes;
+//! - a **pass** in a settled fleet (every pod asked for Ready through the window) says the
+//!   capacity is at least the load: the estimate rises toward it, and a pass near the estimate
+//!   probes a little above it (never past `cut` × the lowest load a miss was seen at), so a
+//!   fleet sized too large finds out;
+//! - a pass while pods start, a pass far below the estimate, a window with too few requests or a
+//!   share the buckets cannot place on either side of the budget says nothing: the estimate
+//!   stays. A missing signal is never read as a met objective.
 //!
-//! Every move is bounded per window (`max_rise`, `max_fall`) and the estimate stays within the
+//! Every move is bounded per sync (`max_rise`, `max_fall`) and the estimate stays within the
 //! rules' limits. The histogram's share above a budget is bracketed by the bucket bounds around
 //! it ([`share_above`]) instead of interpolated: vLLM's TTFT buckets jump from 1.0 to 2.5 s, and
 //! interpolating a 2 s budget inside that bucket counts a third of every 1–2.5 s first token as
@@ -143,9 +144,10 @@ pub struct CapacityRules {
     /// A pass at a load of at least `near` × the estimate probes the estimate up by `probe`.
     pub near: f64,
     pub probe: f64,
-    /// The most one window raises the estimate by, as a factor.
+    /// The most one sync raises the estimate by, as a factor. Syncs read overlapping windows,
+    /// so this is per sync, not per window: at 1.05 and a 15 s sync, at most ×1.2 a minute.
     pub max_rise: f64,
-    /// The most one window lowers the estimate by, as a factor (below 1).
+    /// The most one sync lowers the estimate by, as a factor (below 1).
     pub max_fall: f64,
     /// The estimate never leaves these limits.
     pub floor: f64,
@@ -162,7 +164,7 @@ impl CapacityRules {
             cut: 0.9,
             near: 0.8,
             probe: 1.03,
-            max_rise: 1.25,
+            max_rise: 1.05,
             max_fall: 0.5,
             floor,
             ceiling,
@@ -175,6 +177,10 @@ impl CapacityRules {
 pub struct Evidence {
     /// The mean load one Ready pod carried over the window.
     pub load: f64,
+    /// Every pod the fleet asked for was Ready through the whole window. While pods start, the
+    /// Ready ones carry a transient load whose misses have not all shown yet (TPOT is observed
+    /// when a request finishes), so a pass then raises nothing; a miss still counts.
+    pub settled: bool,
     /// The share of the window's requests that missed the objective.
     pub late: Share,
 }
@@ -212,6 +218,8 @@ pub enum Kept {
     BelowPastMiss { missed_at: f64 },
     /// A miss, but the estimate is already at or below what it says.
     AlreadyBelow { load: f64 },
+    /// The objective held while pods were starting: no evidence to raise on.
+    Unsettled { load: f64 },
 }
 
 /// The estimate after one window of evidence (`None`: no usable histogram in the window).
@@ -225,7 +233,11 @@ pub fn learn(
         to.clamp(from * rules.max_fall, from * rules.max_rise)
             .clamp(rules.floor, rules.ceiling)
     };
-    let Some(Evidence { load, late }) = evidence.filter(|e| e.load.is_finite() && e.load >= 0.0)
+    let Some(Evidence {
+        load,
+        late,
+        settled,
+    }) = evidence.filter(|e| e.load.is_finite() && e.load >= 0.0)
     else {
         return (capacity, Lesson::Kept(Kept::NothingMeasured));
     };
@@ -263,6 +275,9 @@ pub fn learn(
             allowed: rules.allowed_miss,
         };
         return (capacity, Lesson::Kept(kept));
+    }
+    if !settled {
+        return (capacity, Lesson::Kept(Kept::Unsettled { load }));
     }
     // A pass at a load above a past miss: that miss no longer describes the pods.
     let missed_at = capacity.missed_at.filter(|m| *m > load);
@@ -313,6 +328,7 @@ mod tests {
                 at_most: late,
                 observations: requests,
             },
+            settled: true,
         })
     }
 
@@ -397,10 +413,10 @@ mod tests {
             c = learn(c, window(c.per_pod, 100.0, 0.0), &r).0;
         }
         assert_eq!(c.per_pod, 9.0);
-        // A pass above the old miss clears it.
+        // A pass above the old miss clears it; the estimate rises by one bounded step.
         let (c, lesson) = learn(c, window(11.0, 100.0, 0.0), &r);
         assert_eq!(c.missed_at, None);
-        assert!(matches!(lesson, Lesson::Raised { to, .. } if to == 11.0));
+        assert!(matches!(lesson, Lesson::Raised { to, .. } if to == 9.0 * 1.05));
     }
 
     #[test]
@@ -422,6 +438,7 @@ mod tests {
                 at_most: 0.2,
                 observations: 100.0,
             },
+            settled: true,
         });
         assert!(matches!(
             learn(c, unclear, &r),
@@ -460,15 +477,36 @@ mod tests {
     #[test]
     fn a_pass_well_above_the_estimate_rises_by_a_bounded_step() {
         let (c, lesson) = learn(Capacity::prior(4.0), window(20.0, 100.0, 0.0), &rules());
-        assert_eq!(c.per_pod, 5.0);
+        assert_eq!(c.per_pod, 4.2);
         assert_eq!(
             lesson,
             Lesson::Raised {
                 from: 4.0,
-                to: 5.0,
+                to: 4.2,
                 load: 20.0
             }
         );
+    }
+
+    #[test]
+    fn a_pass_while_pods_start_raises_nothing_but_a_miss_still_cuts() {
+        let r = rules();
+        let starting = |late| {
+            window(20.0, 100.0, late).map(|e| Evidence {
+                settled: false,
+                ..e
+            })
+        };
+        let c = Capacity::prior(4.0);
+        assert_eq!(
+            learn(c, starting(0.0), &r),
+            (c, Lesson::Kept(Kept::Unsettled { load: 20.0 }))
+        );
+        let c = Capacity::prior(40.0);
+        assert!(matches!(
+            learn(c, starting(0.5), &r),
+            (after, Lesson::Lowered { .. }) if after.per_pod == 20.0
+        ));
     }
 
     proptest! {
@@ -480,11 +518,12 @@ mod tests {
             requests in 0.0f64..500.0,
             at_least in 0.0f64..1.0,
             spread in 0.0f64..1.0,
+            settled in proptest::bool::ANY,
         ) {
             let r = rules();
             let before = Capacity { per_pod, missed_at: missed };
             let late = Share { at_least, at_most: (at_least + spread).min(1.0), observations: requests };
-            let (after, lesson) = learn(before, Some(Evidence { load, late }), &r);
+            let (after, lesson) = learn(before, Some(Evidence { load, late, settled }), &r);
             prop_assert!(after.per_pod >= r.floor && after.per_pod <= r.ceiling);
             prop_assert!(after.per_pod <= per_pod * r.max_rise + 1e-9);
             prop_assert!(after.per_pod >= per_pod * r.max_fall - 1e-9);
@@ -495,7 +534,7 @@ mod tests {
             if judged && beyond_chance {
                 prop_assert!(after.per_pod <= per_pod, "a miss never raises: {lesson:?}");
                 prop_assert!(after.missed_at.is_some_and(|m| m <= load));
-            } else if judged && !beyond_chance && late.at_most <= r.allowed_miss {
+            } else if judged && !beyond_chance && late.at_most <= r.allowed_miss && settled {
                 prop_assert!(after.per_pod >= per_pod, "a pass never lowers: {lesson:?}");
             } else {
                 prop_assert_eq!(after, before);
