@@ -440,6 +440,8 @@ fn the_fixture_reads_as_the_vllm_0_33_scrape_its_readme_describes() {
     for (name, expected) in [
         ("vllm:time_to_first_token_seconds", &ttft),
         ("vllm:inter_token_latency_seconds", &itl),
+        // Per request (the lab's pods export it; the objective reads its 0.1 s bound).
+        ("vllm:request_time_per_output_token_seconds", &itl),
         ("vllm:e2e_request_latency_seconds", &request),
         ("vllm:request_queue_time_seconds", &request),
         ("vllm:request_prefill_time_seconds", &request),

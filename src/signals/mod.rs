@@ -4,6 +4,7 @@
 pub mod allow;
 pub mod decision_server;
 pub mod gate;
+pub mod histogram;
 pub mod http;
 pub mod no_series;
 pub mod prometheus;

@@ -187,7 +187,7 @@ pub fn vector(status: u16, body: &[u8]) -> Result<Vec<Series>, QueryError> {
 }
 
 /// `{a="1", b="2"}`, the way PromQL writes a label set.
-fn label_set(labels: &BTreeMap<String, String>) -> String {
+pub(crate) fn label_set(labels: &BTreeMap<String, String>) -> String {
     let mut out = String::from("{");
     for (i, (name, value)) in labels.iter().enumerate() {
         if i > 0 {

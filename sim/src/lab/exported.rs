@@ -1,7 +1,8 @@
 //! What a lab pod exports besides its gauges, as vLLM does: the TTFT, inter-token-latency,
-//! queue-time and per-request time-per-output-token histograms (vLLM 0.33's buckets, `crate::fleet`) and the prompt and generation
-//! token counters. Scraped with the gauges (same phase, same delay), so a policy can read latency
-//! the way it would in a cluster: `histogram_quantile` over the increase of the buckets.
+//! queue-time and per-request time-per-output-token histograms (vLLM 0.33's buckets,
+//! `crate::fleet`) and the prompt and generation token counters. Scraped with the gauges (same
+//! phase, same delay), so a policy can read latency the way it would in a cluster:
+//! `histogram_quantile` over the increase of the buckets.
 
 use crate::fleet::{ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS};
 
@@ -131,7 +132,9 @@ pub struct Exported {
     /// `vllm:request_queue_time_seconds`, from arrival to first being scheduled.
     pub queue: Buckets,
     /// `vllm:request_time_per_output_token_seconds`, one observation per finished request of
-    /// more than one token: its mean time per output token after the first.
+    /// more than one token: its mean time per output token after the first (vLLM 0.33 exports
+    /// it with the inter-token buckets; `sim/tests/vllm_exposition.rs` holds them against the
+    /// fixture).
     pub tpot: Buckets,
     /// `vllm:prompt_tokens_total`.
     pub prompt_tokens: u64,
