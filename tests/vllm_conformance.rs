@@ -7,6 +7,8 @@
 //! as shipped). Then:
 //! - every query of `config/samples/` and of the README's examples, names and namespace adjusted,
 //!   returns exactly one series on each fleet (one per pod for a deletion-cost query);
+//! - the latency histograms the capacity estimate reads come back through the operator's own
+//!   client as one cumulative histogram per fleet, and a query without `sum by (le)` is refused;
 //! - an LLMScaler made from the in-flight sample scales its Deployment when requests are sent to
 //!   the simulators.
 //!
@@ -344,6 +346,58 @@ async fn samples_and_readme_queries_read_a_real_vllm_scrape_and_scale() {
         wrong.is_empty(),
         "queries that do not return what they must:\n{}",
         wrong.join("\n")
+    );
+
+    // The latency histograms the capacity estimate reads, through the operator's own client:
+    // `sum by (le)` over a fleet's pods (and a data-parallel pod's engines) is one cumulative
+    // histogram; without it, each pod's bounds come back and are refused, not merged by guess.
+    let client = llmscaleoperator::signals::http::client().unwrap();
+    let headers = reqwest::header::HeaderMap::new();
+    let buckets = |query: String| {
+        let (client, headers, url) = (client.clone(), headers.clone(), prometheus.url.clone());
+        async move {
+            let series = llmscaleoperator::signals::prometheus::query_vector(
+                &client, &url, &headers, &query,
+            )
+            .await
+            .unwrap();
+            llmscaleoperator::signals::histogram::cumulative(&series)
+        }
+    };
+    // The fixture is vLLM 0.33.0's own exposition: its per-request TPOT histogram, both engines.
+    let tpot = buckets(format!(
+        "sum by (le) (vllm:request_time_per_output_token_seconds_bucket{{{ns_matcher}, app=\"{DP_FLEET}\"}})"
+    ))
+    .await
+    .unwrap();
+    assert_eq!(tpot.len(), 20, "19 bounds and +Inf: {tpot:?}");
+    let share = llmscaleoperator::scaling::share_above(&tpot, 0.1).unwrap();
+    assert!(share.exact(), "0.1 s is one of vLLM's bounds: {share:?}");
+    assert!(
+        share.observations > 0.0 && share.at_least < 1.0,
+        "{share:?}"
+    );
+    // The simulators' TTFT over the last minute, once a fresh request has been scraped.
+    complete(&http, a, 2).await;
+    let ttft_query = format!(
+        "sum by (le) (increase(vllm:time_to_first_token_seconds_bucket{{{ns_matcher}, app=\"{FLEET}\"}}[1m]))"
+    );
+    let share = common::eventually("a TTFT observation in the last minute", WAIT, || async {
+        let ttft = buckets(ttft_query.clone()).await.unwrap();
+        llmscaleoperator::scaling::share_above(&ttft, 2.0).ok()
+    })
+    .await;
+    assert!(share.observations > 0.0, "{share:?}");
+    let per_pod = buckets(format!(
+        "vllm:time_to_first_token_seconds_bucket{{{ns_matcher}, app=\"{FLEET}\"}}"
+    ))
+    .await;
+    assert!(
+        matches!(
+            per_pod,
+            Err(llmscaleoperator::signals::histogram::BucketsError::OtherLabels { .. })
+        ),
+        "{per_pod:?}"
     );
 
     // Each Prometheus sample, names adjusted, reads its metrics on its first sync; each on a
