@@ -128,8 +128,8 @@ fn roster(
     // The operator scaling to the latency objective, its in-flight target learned (issue 30's
     // work in progress; not the default yet).
     for (late, prior) in [
-        (Late::QueueTime(0.5), 4.0),
-        (Late::QueueTime(0.5), 16.0),
+        (Late::QueueTime(1.0), 4.0),
+        (Late::QueueTime(1.0), 16.0),
         (Late::InterpolatedTtft, 4.0),
     ] {
         all.push(entrant(
