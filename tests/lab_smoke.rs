@@ -190,3 +190,26 @@ fn the_operator_entrant_runs_the_whole_law_fallback_included() {
     }
     assert_eq!(counts, [(2, 2), (2, 2), (6, 2), (6, 2)]);
 }
+
+/// The objective entrant learns its target from what the pods export: from a prior of 16 in
+/// flight per pod (far too many for an L4 at a 100 ms TPOT), the TPOT and queue-time histograms
+/// it scrapes bring the estimate down within half an hour of conversation traffic.
+#[test]
+fn the_objective_entrant_learns_its_target_from_the_pods_histograms() {
+    use llmscaleoperator_sim::lab::run::{FleetSetup, run};
+    use llmscaleoperator_sim::lab::workload::generate_at_rate;
+
+    let bounds = Bounds { min: 1, max: 40 };
+    let mut operator = Operator::objective(bounds, lab::Late::QueueTime(1.0), 16.0);
+    assert_eq!(operator.learned().map(|c| c.per_pod), Some(16.0));
+    let requests = generate_at_rate(Shape::Conversation, 1, 4.0, 1800.0);
+    let setup = FleetSetup {
+        startup: 60.0,
+        initial_pods: 4,
+        ..FleetSetup::default()
+    };
+    run(&requests, 1800.0, None, &mut operator, &setup, 1);
+    let learned = operator.learned().unwrap();
+    assert!(learned.per_pod < 16.0, "{learned:?}");
+    assert!(learned.missed_at.is_some(), "a miss was seen: {learned:?}");
+}

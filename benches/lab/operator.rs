@@ -72,9 +72,9 @@ pub struct Operator {
 pub enum Late {
     /// `vllm:request_queue_time_seconds` above this many seconds: only what load changes.
     QueueTime(f64),
-    /// `vllm:time_to_first_token_seconds` above the budget, interpolated inside its bucket as
-    /// `histogram_quantile` would (the bucket around 2 s is (1.0, 2.5]): long prompts' misses,
-    /// which no fleet size removes, count too.
+    /// `vllm:time_to_first_token_seconds` above the budget, interpolated linearly inside the
+    /// bucket around it as `histogram_quantile` would: long prompts' misses, which no fleet size
+    /// removes, count too.
     InterpolatedTtft,
 }
 
@@ -114,9 +114,25 @@ impl Learning {
         let share = match self.late {
             Late::QueueTime(queue) => either(share_above(&cumulative(&e.queue), queue).ok()?, tpot),
             Late::InterpolatedTtft => {
-                let ttft = share_above(&cumulative(&e.ttft), self.ttft).ok()?;
-                // A third of the (1.0, 2.5] bucket lies above 2 s.
-                let mid = ttft.at_least + (ttft.at_most - ttft.at_least) / 3.0;
+                let buckets = cumulative(&e.ttft);
+                let ttft = share_above(&buckets, self.ttft).ok()?;
+                // The part of the bucket around the budget that lies above it (the first bucket
+                // starts at 0, as histogram_quantile has it).
+                let lo = buckets
+                    .iter()
+                    .rev()
+                    .find(|(le, _)| *le <= self.ttft)
+                    .map_or(0.0, |(le, _)| *le);
+                let hi = buckets
+                    .iter()
+                    .find(|(le, _)| *le >= self.ttft)
+                    .map_or(f64::INFINITY, |(le, _)| *le);
+                let above_budget = if hi > lo && hi.is_finite() {
+                    (hi - self.ttft) / (hi - lo)
+                } else {
+                    0.0
+                };
+                let mid = ttft.at_least + (ttft.at_most - ttft.at_least) * above_budget;
                 let mid = Share {
                     at_least: mid,
                     at_most: mid,
@@ -193,6 +209,12 @@ impl Operator {
         });
         operator.label = format!("llmscaleoperator (objective, {late:?}, prior {prior})");
         operator
+    }
+
+    /// The capacity learned so far, when scaling to the objective.
+    #[allow(dead_code)]
+    pub fn learned(&self) -> Option<Capacity> {
+        self.objective.as_ref().map(|l| l.capacity)
     }
 
     /// Scaling on the mean KV-cache use of the pods, `avg(vllm:kv_cache_usage_perc)`, against

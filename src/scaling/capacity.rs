@@ -185,7 +185,8 @@ pub struct Evidence {
     pub late: Share,
 }
 
-/// What one window taught, rendered into status and events by the controller.
+/// What one window taught: a type until it is rendered for a person (status and events, once
+/// the controller learns capacity).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Lesson {
     /// The objective was missed at `load`: the estimate came down.
@@ -292,7 +293,11 @@ pub fn learn(
         );
     }
     if load < rules.near * from {
-        return (capacity, Lesson::Kept(Kept::FarBelow { load }));
+        let kept = Capacity {
+            per_pod: from,
+            missed_at,
+        };
+        return (kept, Lesson::Kept(Kept::FarBelow { load }));
     }
     let limit = missed_at.map_or(f64::INFINITY, |m| rules.cut * m);
     let to = bounded((from * rules.probe).min(limit)).max(from);
@@ -449,6 +454,15 @@ mod tests {
             (c, Lesson::Kept(Kept::FarBelow { load: 2.0 }))
         );
         assert_eq!(learn(c, window(f64::NAN, 100.0, 0.0), &r).0, c);
+        // Far below the estimate but above an old miss: the miss no longer describes the pods.
+        let old_miss = Capacity {
+            per_pod: 8.0,
+            missed_at: Some(2.0),
+        };
+        assert_eq!(
+            learn(old_miss, window(3.0, 100.0, 0.0), &r),
+            (c, Lesson::Kept(Kept::FarBelow { load: 3.0 }))
+        );
     }
 
     #[test]
