@@ -36,6 +36,16 @@ pub const ACTIVATION_QUERY: &str = "scaleToZero.activationQuery";
 /// label either).
 pub const DELETION_COST_QUERY: &str = "scaleDown.deletionCostQuery";
 
+/// The reading (and external metric) of a scaler's objective: the requests in flight per pod the
+/// operator composes from `objective.selector`, against the capacity it learned.
+pub const OBJECTIVE_METRIC: &str = "objective";
+
+/// The `metric` labels of the objective's latency queries in the operator's query metrics (not
+/// DNS labels either): the queue-time and time-per-output-token histograms, and the load.
+pub const OBJECTIVE_QUEUE_QUERY: &str = "objective.queueTime";
+pub const OBJECTIVE_TPOT_QUERY: &str = "objective.timePerOutputToken";
+pub const OBJECTIVE_LOAD_QUERY: &str = "objective.requestsRunning";
+
 /// The external metric that serves a scaler's recommendation.
 pub const DESIRED_REPLICAS: &str = "desired-replicas";
 

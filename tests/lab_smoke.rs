@@ -200,7 +200,7 @@ fn the_objective_entrant_learns_its_target_from_the_pods_histograms() {
     use llmscaleoperator_sim::lab::workload::generate_at_rate;
 
     let bounds = Bounds { min: 1, max: 40 };
-    let mut operator = Operator::objective(bounds, lab::Late::QueueTime(1.0), 16.0);
+    let mut operator = Operator::objective(bounds, 16.0);
     assert_eq!(operator.learned().map(|c| c.per_pod), Some(16.0));
     let requests = generate_at_rate(Shape::Conversation, 1, 4.0, 1800.0);
     let setup = FleetSetup {

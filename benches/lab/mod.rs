@@ -29,7 +29,7 @@ use llmscaleoperator_sim::lab::run::{FleetSetup, Outcome, run};
 use llmscaleoperator_sim::lab::traces::Trace;
 use llmscaleoperator_sim::lab::workload::{Request, Shape};
 use llmscaleoperator_sim::lab::{results_csv, verdict};
-pub use operator::{Late, Operator, TARGET};
+pub use operator::{Operator, TARGET};
 use serde_json::json;
 
 /// One policy of a cell's roster.
@@ -127,15 +127,11 @@ fn roster(
     ];
     // The operator scaling to the latency objective, its in-flight target learned (issue 30's
     // work in progress; not the default yet).
-    for (late, prior) in [
-        (Late::QueueTime(1.0), 4.0),
-        (Late::QueueTime(1.0), 16.0),
-        (Late::InterpolatedTtft, 4.0),
-    ] {
+    for prior in [4.0, 16.0] {
         all.push(entrant(
             "operator",
             false,
-            Operator::objective(bounds, late, prior),
+            Operator::objective(bounds, prior),
         ));
     }
     // The oracle sized with headroom: what knowing the future buys at a given cost, so a reader

@@ -7,12 +7,13 @@
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use llmscaleoperator::api::behavior::{behavior, stages, target_type, zero_rules};
+use llmscaleoperator::api::objective::rules as objective_rules;
 use llmscaleoperator::api::validation::parse_target;
 use llmscaleoperator::api::{LLMScalerSpec, ScaleDownBehavior};
 use llmscaleoperator::scaling::{
-    Bounds as OpBounds, Capacity, CapacityRules, Evidence, Input, Learned, Memory, MetricReading,
-    Pause, Share, Signal as OpSignal, SkipReason, Stored, TargetState, TargetType, Unreadable,
-    ZeroMemory, ZeroRules, effective_startup, law, learn_capacity, learn_startup, share_above,
+    Bounds as OpBounds, Capacity, Input, Latency, Learned, Memory, MetricReading, OBJECTIVE_METRIC,
+    ObjectiveReading, Pause, Signal as OpSignal, SkipReason, Stored, TargetState, TargetType,
+    Unreadable, WINDOW_SECONDS, ZeroMemory, ZeroRules, effective_startup, law, learn_startup,
 };
 use llmscaleoperator_sim::lab::exported::Buckets;
 use llmscaleoperator_sim::lab::metrics::{Gauge, OverTime};
@@ -62,41 +63,8 @@ pub struct Operator {
     /// The metric is the mean KV-cache use of the scraped pods (`avg(vllm:kv_cache_usage_perc)`)
     /// instead of the requests in flight per pod.
     reads_kv_cache: bool,
-    /// The target is learned from the latency objective instead of fixed.
-    objective: Option<Learning>,
-}
-
-/// Which histograms say a request missed the objective. Either way a request whose
-/// `vllm:request_time_per_output_token_seconds` is above the TPOT budget missed too.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Late {
-    /// `vllm:request_queue_time_seconds` above this many seconds: only what load changes.
-    QueueTime(f64),
-    /// `vllm:time_to_first_token_seconds` above the budget, interpolated linearly inside the
-    /// bucket around it as `histogram_quantile` would: long prompts' misses, which no fleet size
-    /// removes, count too.
-    InterpolatedTtft,
-}
-
-/// Either of two misses: at least the larger share, at most their sum.
-fn either(a: Share, b: Share) -> Share {
-    Share {
-        at_least: a.at_least.max(b.at_least),
-        at_most: (a.at_most + b.at_most).min(1.0),
-        observations: a.observations.min(b.observations),
-    }
-}
-
-/// The per-pod target learned from the objective (TTFT and TPOT budgets at a percentile).
-#[derive(Debug, Clone)]
-struct Learning {
-    capacity: Capacity,
-    rules: CapacityRules,
-    late: Late,
-    ttft: f64,
-    tpot: f64,
-    /// Seconds of history each lesson reads.
-    window: f64,
+    /// The capacity learned for the objective (the law's stored estimate), under one.
+    capacity: Option<Capacity>,
 }
 
 fn cumulative(b: &Buckets) -> Vec<(f64, f64)> {
@@ -106,43 +74,21 @@ fn cumulative(b: &Buckets) -> Vec<(f64, f64)> {
         .collect()
 }
 
-impl Learning {
-    /// The share of the window's requests that missed, as far as the histograms tell.
-    fn late(&self, view: &View<'_>) -> Option<Share> {
-        let e = view.metrics.increase(view.now, self.window);
-        let tpot = share_above(&cumulative(&e.tpot), self.tpot).ok()?;
-        let share = match self.late {
-            Late::QueueTime(queue) => either(share_above(&cumulative(&e.queue), queue).ok()?, tpot),
-            Late::InterpolatedTtft => {
-                let buckets = cumulative(&e.ttft);
-                let ttft = share_above(&buckets, self.ttft).ok()?;
-                // The part of the bucket around the budget that lies above it (the first bucket
-                // starts at 0, as histogram_quantile has it).
-                let lo = buckets
-                    .iter()
-                    .rev()
-                    .find(|(le, _)| *le <= self.ttft)
-                    .map_or(0.0, |(le, _)| *le);
-                let hi = buckets
-                    .iter()
-                    .find(|(le, _)| *le >= self.ttft)
-                    .map_or(f64::INFINITY, |(le, _)| *le);
-                let above_budget = if hi > lo && hi.is_finite() {
-                    (hi - self.ttft) / (hi - lo)
-                } else {
-                    0.0
-                };
-                let mid = ttft.at_least + (ttft.at_most - ttft.at_least) * above_budget;
-                let mid = Share {
-                    at_least: mid,
-                    at_most: mid,
-                    observations: ttft.observations,
-                };
-                either(mid, tpot)
-            }
-        };
-        Some(share)
+/// What the composed queries of an objective read from the lab's pods: both histograms' increase
+/// and the mean requests running per Ready pod over the last minute.
+fn latency(view: &View<'_>) -> Result<Latency, Unreadable> {
+    let e = view.metrics.increase(view.now, WINDOW_SECONDS);
+    let running = view
+        .metrics
+        .over_time(view.now, Gauge::Running, WINDOW_SECONDS, OverTime::Avg);
+    if running.is_empty() {
+        return Err(Unreadable::new(NoSeries));
     }
+    Ok(Latency {
+        queue: cumulative(&e.queue),
+        tpot: cumulative(&e.tpot),
+        load: running.iter().map(|(_, v)| v).sum::<f64>() / running.len() as f64,
+    })
 }
 
 impl Operator {
@@ -174,9 +120,14 @@ impl Operator {
             }
         }
         let spec: LLMScalerSpec = serde_json::from_value(spec).unwrap();
-        let metric = &spec.metrics.as_ref().unwrap()[0];
-        let target = parse_target(&metric.target).unwrap();
-        let kind = target_type(metric.target_type);
+        // Under an objective without metrics, the one reading is the objective's.
+        let (target, kind) = match spec.metrics.as_deref() {
+            Some([metric, ..]) => (
+                parse_target(&metric.target).unwrap(),
+                target_type(metric.target_type),
+            ),
+            _ => (f64::NAN, TargetType::Value),
+        };
         let zero = zero_rules(&spec).unwrap();
         Self {
             label: "llmscaleoperator".into(),
@@ -191,30 +142,31 @@ impl Operator {
             learned_until: 0.0,
             pause: None,
             reads_kv_cache: false,
-            objective: None,
+            capacity: None,
         }
     }
 
-    /// Scaling to the latency objective (TTFT ≤ 2 s, TPOT ≤ 100 ms for 99% of requests): the
-    /// in-flight target is learned, starting from the spec's.
-    pub fn objective(bounds: Bounds, late: Late, prior: f64) -> Self {
-        let mut operator = Self::new(bounds);
-        operator.objective = Some(Learning {
-            capacity: Capacity::prior(prior),
-            rules: CapacityRules::for_percentile(99.0, 0.25, 256.0),
-            late,
-            ttft: 2.0,
-            tpot: 0.1,
-            window: 60.0,
+    /// Scaling to the latency objective at its defaults (TTFT ≤ 2 s, TPOT ≤ 100 ms for 99% of
+    /// requests), no metric, starting from `prior` requests in flight per pod: the spec issue 30
+    /// asks for, read through the functions the controller uses.
+    pub fn objective(bounds: Bounds, prior: f64) -> Self {
+        let spec = json!({
+            "metrics": null,
+            "objective": {"selector": "model_name=\"m\"", "initialRequestsPerPod": prior.to_string()},
         });
-        operator.label = format!("llmscaleoperator (objective, {late:?}, prior {prior})");
+        let mut operator = Self::with(bounds, spec);
+        operator.label = format!("llmscaleoperator (objective, prior {prior})");
         operator
     }
 
     /// The capacity learned so far, when scaling to the objective.
     #[allow(dead_code)]
     pub fn learned(&self) -> Option<Capacity> {
-        self.objective.as_ref().map(|l| l.capacity)
+        let prior = || {
+            let objective = self.spec.objective.as_ref()?;
+            Some(Capacity::prior(objective_rules(objective).ok()?.prior))
+        };
+        self.capacity.or_else(prior)
     }
 
     /// Scaling on the mean KV-cache use of the pods, `avg(vllm:kv_cache_usage_perc)`, against
@@ -304,33 +256,6 @@ impl Policy for Operator {
                 })
             }
         };
-        if let Some(learning) = &mut self.objective {
-            let running =
-                view.metrics
-                    .over_time(view.now, Gauge::Running, learning.window, OverTime::Avg);
-            let load = (!running.is_empty())
-                .then(|| running.iter().map(|(_, v)| v).sum::<f64>() / running.len() as f64);
-            let evidence = learning.late(view).zip(load).map(|(late, load)| Evidence {
-                load,
-                late,
-                // Every pod asked for was Ready through the window.
-                settled: view.current() == view.spec
-                    && view
-                        .pods
-                        .iter()
-                        .all(|p| p.ready_at.is_some_and(|r| r <= view.now - learning.window)),
-            });
-            let (capacity, lesson) = learn_capacity(learning.capacity, evidence, &learning.rules);
-            learning.capacity = capacity;
-            self.target = capacity.per_pod;
-            // OBJECTIVE_TRACE=1 prints what each sync learned (for studying the estimator).
-            if std::env::var_os("OBJECTIVE_TRACE").is_some() {
-                eprintln!(
-                    "{} t={:.0} spec={} load={:?} {lesson:?}",
-                    self.label, view.now, view.spec, load
-                );
-            }
-        }
         // What the controller learns from the pods' creation and Ready times.
         let mut became_ready: Vec<(f64, f64)> = view
             .pods
@@ -346,13 +271,26 @@ impl Policy for Operator {
         }
         let now = Timestamp::from_second(EPOCH).unwrap()
             + SignedDuration::from_millis((view.now * 1000.0) as i64);
+        // Under an objective, its composed in-flight query, (sum(running) + sum(waiting)) /
+        // count(running), against the capacity learned so far (the law replaces the target).
+        let objective = self.spec.objective.is_some().then(|| MetricReading {
+            name: OBJECTIVE_METRIC.into(),
+            value: if running.is_empty() {
+                Err(SkipReason::Unavailable(Unreadable::new(NoSeries)))
+            } else {
+                Ok(in_flight / running.len() as f64)
+            },
+            target: f64::NAN,
+            kind: TargetType::Value,
+        });
+        let metrics = self.spec.metrics.is_some().then(|| MetricReading {
+            name: "in-flight".into(),
+            value,
+            target: self.target,
+            kind: self.kind,
+        });
         let input = Input {
-            signal: OpSignal::Ratio(vec![MetricReading {
-                name: "in-flight".into(),
-                value,
-                target: self.target,
-                kind: self.kind,
-            }]),
+            signal: OpSignal::Ratio(metrics.into_iter().chain(objective).collect()),
             target: TargetState {
                 spec_replicas: i32::try_from(view.spec).unwrap(),
                 ready_replicas: i32::try_from(view.ready()).unwrap(),
@@ -366,14 +304,46 @@ impl Policy for Operator {
             startup_seconds: effective_startup(self.spec.startup_seconds, self.learned),
             memory: std::mem::take(&mut self.memory),
             now,
+            latency_unread: None,
         };
         // The law that ships, every stage the spec sets.
         let stages = stages(&self.spec, self.pause).unwrap();
         let stored = Stored {
             zero: self.zero_memory,
             syncs_without_signal: self.syncs_without_signal,
+            capacity: self.capacity,
         };
-        let step = law(&input, &stages, self.zero.map(|_| activation), stored);
+        // What the controller reads for the objective: the composed queries, and the newest Ready
+        // time among the pods (status.startup.lastReadyTime).
+        let reading = stages.objective.map(|_| ObjectiveReading {
+            latency: latency(view),
+            newest_ready: view
+                .pods
+                .iter()
+                .filter_map(|p| p.ready_at)
+                .reduce(f64::max)
+                .map(|r| {
+                    Timestamp::from_second(EPOCH).unwrap()
+                        + SignedDuration::from_millis((r * 1000.0) as i64)
+                }),
+        });
+        let step = law(
+            &input,
+            &stages,
+            self.zero.map(|_| activation),
+            reading.as_ref(),
+            stored,
+        );
+        if let Some(learnt) = &step.objective {
+            self.capacity = Some(learnt.capacity);
+            // OBJECTIVE_TRACE=1 prints what each sync learned (for studying the estimator).
+            if std::env::var_os("OBJECTIVE_TRACE").is_some() {
+                eprintln!(
+                    "{} t={:.0} spec={} {:?} {:?}",
+                    self.label, view.now, view.spec, learnt.lesson, learnt.late
+                );
+            }
+        }
         if let Some(zero) = step.zero {
             self.zero_memory = zero;
         }

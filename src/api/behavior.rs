@@ -30,6 +30,8 @@ pub enum BehaviorError {
         "scaleToZero works with metricProvider Prometheus: under Custom the decision server's own count wakes and stops the target"
     )]
     ScaleToZeroProvider,
+    #[error(transparent)]
+    Objective(#[from] super::objective::ObjectiveError),
 }
 
 /// The damping both directions apply, from the spec.
@@ -120,6 +122,11 @@ pub fn fallback_rules(spec: &LLMScalerSpec) -> Option<FallbackRules> {
 /// what the controller and the lab's operator entrant both hand to [`crate::scaling::law`].
 pub fn stages(spec: &LLMScalerSpec, pause: Option<Pause>) -> Result<Stages, BehaviorError> {
     Ok(Stages {
+        objective: spec
+            .objective
+            .as_ref()
+            .map(super::objective::rules)
+            .transpose()?,
         zero: zero_rules(spec)?,
         fallback: fallback_rules(spec),
         pause,

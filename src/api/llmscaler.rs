@@ -122,9 +122,12 @@ use serde::{Deserialize, Serialize};
     validation = Rule::new("self.minReplicas <= self.maxReplicas")
         .message("minReplicas must not be greater than maxReplicas: lower minReplicas or raise maxReplicas")
         .field_path(".minReplicas"),
-    validation = Rule::new("self.metricProvider != 'Prometheus' || (has(self.metrics) && size(self.metrics) > 0)")
-        .message("metrics is required when metricProvider is Prometheus: add at least one entry with a query and a target, or set metricProvider: Custom")
+    validation = Rule::new("self.metricProvider != 'Prometheus' || has(self.objective) || (has(self.metrics) && size(self.metrics) > 0)")
+        .message("metrics is required when metricProvider is Prometheus: add at least one entry with a query and a target, set an objective, or set metricProvider: Custom")
         .field_path(".metrics"),
+    validation = Rule::new("!has(self.objective) || self.metricProvider == 'Prometheus'")
+        .message("objective works with metricProvider Prometheus: the operator reads the pods' latency histograms from serverAddress")
+        .field_path(".objective"),
     validation = Rule::new("self.metricProvider != 'Custom' || has(self.customProvider)")
         .message("customProvider is required when metricProvider is Custom: set customProvider.serviceId to the service whose decision should drive this target")
         .field_path(".customProvider"),
@@ -208,6 +211,14 @@ pub struct LLMScalerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 16))]
     pub metrics: Option<Vec<MetricSpec>>,
+
+    /// The latency this scaler promises the model's users. With it the operator scales on the
+    /// requests in flight per pod, against a per-pod capacity it learns from the pods' own
+    /// latency histograms while the objective holds, so no per-replica target has to be guessed.
+    /// Entries in metrics, if any, still apply with their own fixed targets (the largest
+    /// recommendation wins), so they act as floors. Prometheus provider only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub objective: Option<Objective>,
 
     /// Seconds between two evaluations of the signal; also the pace of consecutive scale steps.
     #[serde(default = "default_sync_period_seconds")]
@@ -379,8 +390,8 @@ pub struct MetricSpec {
     #[x_kube(
         validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')")
             .message("metrics[].name must be a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit, e.g. kv-cache"),
-        validation = Rule::new("!(self in ['decision', 'desired-replicas']) && !self.matches('^metric-[0-9]+$')")
-            .message("metrics[].name must not be decision, desired-replicas or metric-<number>: the external metrics API gives those names to the decision, the recommendation and unnamed metrics"),
+        validation = Rule::new("!(self in ['decision', 'desired-replicas', 'objective']) && !self.matches('^metric-[0-9]+$')")
+            .message("metrics[].name must not be decision, desired-replicas, objective or metric-<number>: the external metrics API gives those names to the decision, the recommendation, the objective's reading and unnamed metrics"),
     )]
     #[schemars(length(max = 63))]
     pub name: Option<String>,
@@ -663,6 +674,67 @@ pub struct ScaleToZero {
     pub min_awake_seconds: i32,
 }
 
+/// The latency objective: budgets for the time to first token and the time per output token,
+/// met by a share of requests.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Objective {
+    /// PromQL label matchers that select this model's vLLM series and no other's, e.g.
+    /// namespace="default", model_name="my-model". The operator composes every query of the
+    /// objective from them (requests running and waiting, the queue-time and time-per-output-token
+    /// histograms), each series one serving engine.
+    #[x_kube(validation = Rule::new(r#"self.matches(r'^\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"([^"\\]|\\.)*"(\s*,\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"([^"\\]|\\.)*")*\s*,?\s*$')"#)
+        .message("objective.selector must be PromQL label matchers without braces, e.g. namespace=\"default\", model_name=\"my-model\""))]
+    #[schemars(length(min = 1, max = 1024))]
+    pub selector: String,
+
+    /// Seconds to the first token a request may take, as a quoted decimal. Default "2". Half of
+    /// it is what a request may spend queued (the rest is its prefill, which more pods do not
+    /// shorten): that is the part the fleet's size controls.
+    #[serde(default = "default_ttft_seconds")]
+    #[x_kube(validation = Rule::new("self.matches('^([0-9]+([.][0-9]*)?|[.][0-9]+)$') && double(self) > 0.0 && double(self) <= 3600.0")
+        .message("objective.ttftSeconds must be a quoted decimal above 0 and at most 3600, e.g. \"2\""))]
+    #[schemars(length(max = 32))]
+    pub ttft_seconds: String,
+
+    /// Seconds per output token a request may take on average, as a quoted decimal. Default
+    /// "0.1".
+    #[serde(default = "default_tpot_seconds")]
+    #[x_kube(validation = Rule::new("self.matches('^([0-9]+([.][0-9]*)?|[.][0-9]+)$') && double(self) > 0.0 && double(self) <= 60.0")
+        .message("objective.tpotSeconds must be a quoted decimal above 0 and at most 60, e.g. \"0.1\""))]
+    #[schemars(length(max = 32))]
+    pub tpot_seconds: String,
+
+    /// The share of requests, in percent, that must meet both budgets, as a quoted decimal from
+    /// 50 up to (not including) 100. Default "99".
+    #[serde(default = "default_percentile")]
+    #[x_kube(validation = Rule::new("self.matches('^([0-9]+([.][0-9]*)?|[.][0-9]+)$') && double(self) >= 50.0 && double(self) < 100.0")
+        .message("objective.percentile must be a quoted decimal from 50 up to (not including) 100, e.g. \"99\""))]
+    #[schemars(length(max = 32))]
+    pub percentile: String,
+
+    /// Requests in flight per pod a fleet starts from before it has learned anything, as a
+    /// quoted decimal. Default "4": conservative, so a new fleet starts too large rather than
+    /// too small, and learns its way down.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.matches('^([0-9]+([.][0-9]*)?|[.][0-9]+)$') && double(self) >= 0.25 && double(self) <= 256.0")
+        .message("objective.initialRequestsPerPod must be a quoted decimal from 0.25 to 256, e.g. \"4\""))]
+    #[schemars(length(max = 32))]
+    pub initial_requests_per_pod: Option<String>,
+}
+
+pub(crate) fn default_ttft_seconds() -> String {
+    "2".to_owned()
+}
+
+pub(crate) fn default_tpot_seconds() -> String {
+    "0.1".to_owned()
+}
+
+pub(crate) fn default_percentile() -> String {
+    "99".to_owned()
+}
+
 pub(crate) fn default_activation_threshold() -> String {
     "0".to_owned()
 }
@@ -752,6 +824,30 @@ pub struct LLMScalerStatus {
     /// while the signal is fine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub syncs_without_signal: Option<i32>,
+
+    /// What the operator has learned about the objective, under one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub objective: Option<ObjectiveStatus>,
+}
+
+/// The capacity learned for the objective, and how the objective fares.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectiveStatus {
+    /// Requests in flight one pod carries while the objective holds, as learned so far: the
+    /// per-pod target the fleet is sized with.
+    pub requests_per_pod: String,
+    /// The lowest requests per pod the objective was seen missed at since a pass above it; the
+    /// estimate probes no higher than just below it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missed_at: Option<String>,
+    /// The share of the last minute's requests, in percent, that met the objective as far as the
+    /// histograms' buckets tell (at least this many); absent without requests or histograms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attainment: Option<String>,
+    /// What the last sync learned, for a person.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lesson: Option<String>,
 }
 
 /// The sleep cycle of a target under scaleToZero.

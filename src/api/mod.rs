@@ -3,15 +3,16 @@
 pub mod behavior;
 mod crd;
 mod llmscaler;
+pub mod objective;
 pub mod validation;
 
 pub use crd::{CrdError, crd_yaml};
 pub use llmscaler::{
     CustomProvider, Fallback, LLMScaler, LLMScalerSpec, LLMScalerStatus, MetricProvider,
-    MetricSpec, MetricStatus, MetricTargetType, PolicyType, Preemption, Recommendation,
-    RecommendationHistory, ScaleDown, ScaleDownBehavior, ScaleToZero, ScaleToZeroStatus, ScaleUp,
-    ScalingPolicy, SecretKey, SecretName, SelectPolicy, ServerAuth, ServerHeadersFrom, ServerTls,
-    StartupStatus, TargetRef,
+    MetricSpec, MetricStatus, MetricTargetType, Objective, ObjectiveStatus, PolicyType, Preemption,
+    Recommendation, RecommendationHistory, ScaleDown, ScaleDownBehavior, ScaleToZero,
+    ScaleToZeroStatus, ScaleUp, ScalingPolicy, SecretKey, SecretName, SelectPolicy, ServerAuth,
+    ServerHeadersFrom, ServerTls, StartupStatus, TargetRef,
 };
 
 /// API group of every resource this operator defines.

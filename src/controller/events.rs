@@ -179,6 +179,13 @@ pub fn decision_notes(
                     decision.desired
                 ),
             ),
+            Reason::Deferred(DeferReason::LatencyUnread(why)) => Note::warning(
+                "ScalingDeferred",
+                format!(
+                    "scale-down to {} waits until the objective's latency histograms can be read: {why}",
+                    decision.desired
+                ),
+            ),
             Reason::Limited(LimitReason::Stabilized {
                 direction: Direction::Down,
                 recommended,
@@ -425,6 +432,7 @@ mod tests {
             startup_seconds: None,
             memory: Memory::default(),
             now: Timestamp::UNIX_EPOCH,
+            latency_unread: None,
         });
         (decision, target)
     }

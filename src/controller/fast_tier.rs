@@ -1225,3 +1225,123 @@ async fn the_deletion_cost_query_is_read_and_counted_like_every_query() {
         "{events:?}"
     );
 }
+
+/// What a Prometheus serving vLLM's series answers an objective's composed queries with: per
+/// query kind, a value, a histogram (cumulative counts at 0.1, 1 and +Inf s) or no series.
+/// The late requests are late in the queue-time histogram only.
+#[derive(Debug, Clone)]
+struct Exported {
+    in_flight: f64,
+    load: f64,
+    /// Requests in the window, and how many of them were late (above every budget).
+    requests: f64,
+    late: f64,
+    histograms: bool,
+}
+
+async fn prometheus_exporting(exported: Arc<Mutex<Exported>>) -> String {
+    use std::collections::HashMap;
+    let app = axum::Router::new().fallback(
+        move |axum::extract::Query(params): axum::extract::Query<HashMap<String, String>>| {
+            let e = exported
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
+            async move {
+                let query = params.get("query").cloned().unwrap_or_default();
+                let one = |v: f64| json!([{ "metric": {}, "value": [1.0, v.to_string()] }]);
+                let result = if query.starts_with("sum by (le)") {
+                    if e.histograms {
+                        // The late requests queued too long; every one kept its TPOT.
+                        let late = if query.contains("queue") { e.late } else { 0.0 };
+                        let on_time = e.requests - late;
+                        json!([
+                            { "metric": { "le": "0.1" }, "value": [1.0, on_time.to_string()] },
+                            { "metric": { "le": "1" }, "value": [1.0, on_time.to_string()] },
+                            { "metric": { "le": "+Inf" }, "value": [1.0, e.requests.to_string()] },
+                        ])
+                    } else {
+                        json!([])
+                    }
+                } else if query.starts_with("avg(avg_over_time") {
+                    one(e.load)
+                } else {
+                    one(e.in_flight)
+                };
+                axum::Json(json!({ "status": "success",
+                    "data": { "resultType": "vector", "result": result } }))
+            }
+        },
+    );
+    serve(app).await
+}
+
+/// Under an objective, the controller reads the composed queries, learns the capacity from the
+/// histograms, sizes the fleet with it and shows it in status; histograms that go missing keep
+/// the estimate, defer a scale-down and say so.
+#[tokio::test]
+async fn an_objective_learns_its_capacity_from_the_histograms_and_a_gap_holds_the_fleet() {
+    let exported = Arc::new(Mutex::new(Exported {
+        in_flight: 6.0,
+        load: 6.0,
+        requests: 400.0,
+        late: 40.0,
+        histograms: true,
+    }));
+    let server = prometheus_exporting(exported.clone()).await;
+    let h = Harness::leader(FakeApi::default().with_deployment("vllm", 2));
+    let objective = json!({
+        "metrics": null,
+        "objective": { "selector": "model_name=\"m\"", "initialRequestsPerPod": "8" }
+    });
+    let mut scaler = scaler_json("s", &server, objective);
+    scaler["spec"]
+        .as_object_mut()
+        .expect("a spec")
+        .remove("metrics");
+
+    // 10% late at 6 running per pod: the prior of 8 comes down to 0.9 × 6.
+    h.sync_and_store(&mut scaler).await;
+    let status = scaler["status"].clone();
+    assert_eq!(status["objective"]["requestsPerPod"], "5.4", "{status:#}");
+    assert_eq!(status["objective"]["missedAt"], "6");
+    assert_eq!(status["objective"]["attainment"], "90.00");
+    assert_eq!(condition(&status, "ObjectiveMet").1, "Missed");
+    // 2 Ready × 6 in flight / 5.4 = 2.2 → 3.
+    assert_eq!(h.api.scale_writes("vllm"), vec![3]);
+    let reading = status["currentMetrics"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| m["name"] == "objective")
+        .cloned();
+    assert_eq!(
+        reading.map(|m| m["value"].clone()),
+        Some(json!("6")),
+        "{status:#}"
+    );
+
+    // The histograms go missing while the load falls: the estimate stays, nothing is removed.
+    *exported.lock().unwrap_or_else(PoisonError::into_inner) = Exported {
+        in_flight: 0.5,
+        load: 0.5,
+        requests: 0.0,
+        late: 0.0,
+        histograms: false,
+    };
+    // (The fake apiserver's Deployment still has 2 replicas, both Ready: 1 would do.)
+    h.sync_and_store(&mut scaler).await;
+    let status = scaler["status"].clone();
+    assert_eq!(h.api.scale_writes("vllm"), vec![3], "{status:#}");
+    assert_eq!(status["objective"]["requestsPerPod"], "5.4");
+    let (met, reason, message) = condition(&status, "ObjectiveMet");
+    assert_eq!((met.as_str(), reason.as_str()), ("False", "LatencyUnread"));
+    assert!(message.contains("objective.queueTime"), "{message}");
+    let events = h.api.events();
+    assert!(
+        events
+            .iter()
+            .any(|(r, n)| r == "ScalingDeferred" && n.contains("latency histograms")),
+        "{events:?}"
+    );
+}

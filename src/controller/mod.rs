@@ -9,6 +9,7 @@ pub mod events;
 mod fast_tier;
 pub mod headers;
 mod memory;
+mod objective;
 mod preflight;
 mod reads;
 mod reconcile;

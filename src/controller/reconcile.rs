@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::future::join_all;
+use futures::future::{join_all, join3};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -28,17 +28,18 @@ use super::server_access::{self, ServerAccess};
 use super::status::{self, Outcome, Scaler};
 use super::watched_target::WatchedTarget;
 use super::{Context, scale, schedule, startup, victims, watched_target};
+use crate::api::behavior::BehaviorError;
 use crate::api::validation::parse_target;
 use crate::api::{LLMScaler, LLMScalerStatus, MetricProvider, StartupStatus};
 use crate::error_chain::{self, Chain};
 use crate::metric_cache::{CachedMetric, ScalerKey, ScalerSnapshot};
 use crate::names::{
-    ACTIVATION_QUERY, DECISION_METRIC, DELETION_COST_QUERY, DRY_RUN_ANNOTATION, PAUSED_ANNOTATION,
-    PAUSED_REPLICAS_ANNOTATION,
+    ACTIVATION_QUERY, DECISION_METRIC, DELETION_COST_QUERY, DRY_RUN_ANNOTATION, OBJECTIVE_METRIC,
+    PAUSED_ANNOTATION, PAUSED_REPLICAS_ANNOTATION,
 };
 use crate::scaling::{
-    Bounds, Decision, HoldReason, Input, MetricReading, Pause, Reason, Signal, SkipReason, Step,
-    Stored, TargetState, Unreadable, ZeroMemory, effective_startup, law,
+    Bounds, Decision, HoldReason, Input, Learnt, MetricReading, ObjectiveReading, Pause, Reason,
+    Signal, SkipReason, Step, Stored, TargetState, Unreadable, ZeroMemory, effective_startup, law,
 };
 use crate::signals::read::WhenEmpty;
 use crate::signals::{decision_server, http};
@@ -128,6 +129,8 @@ struct Observed {
     zero: Option<ZeroMemory>,
     /// Consecutive syncs without a usable signal, this one included.
     syncs_without_signal: u32,
+    /// What the objective stage learned, under an objective.
+    objective: Option<Learnt>,
 }
 
 /// A sync that reached a decision, and what it wrote.
@@ -200,24 +203,78 @@ async fn observe(
         Err(error) if pause.is_some() => Err(SkipReason::Unavailable(Unreadable::new(error))),
         Err(error) => return Err(error),
     };
+    let behavior = crate::api::behavior::behavior(spec)?;
+    let stages = crate::api::behavior::stages(spec, pause)?;
+    let stored_capacity = status::stored_capacity(scaler.status.as_ref());
+    // Under an objective: the queries its selector composes, and the target the in-flight
+    // reading starts from (the law replaces it with what this sync learns).
+    let objective = match (&spec.objective, &stages.objective) {
+        (Some(objective), Some(rules)) => Some((
+            crate::api::objective::queries(objective).map_err(BehaviorError::from)?,
+            stored_capacity.map_or(rules.prior, |c| c.per_pod),
+        )),
+        _ => None,
+    };
+    // With no Ready pod, per-pod series are gone by design: nothing to explain.
+    let when_empty = if observed.ready_replicas > 0 {
+        WhenEmpty::Explain
+    } else {
+        WhenEmpty::Expected
+    };
+    let mut latency_read = None;
     let signal = match (&access, spec.metric_provider) {
         (Ok(access), MetricProvider::Prometheus) => {
-            // With no Ready pod, per-pod series are gone by design: nothing to explain.
-            let when_empty = if observed.ready_replicas > 0 {
-                WhenEmpty::Explain
-            } else {
-                WhenEmpty::Expected
-            };
-            Signal::Ratio(read_metrics(scaler, ctx, namespace, access, when_empty).await)
+            let (mut readings, in_flight, latency) = join3(
+                read_metrics(scaler, ctx, namespace, access, when_empty),
+                async {
+                    match &objective {
+                        Some((queries, target)) => Some(
+                            read_query(
+                                scaler,
+                                ctx,
+                                namespace,
+                                access,
+                                OBJECTIVE_METRIC,
+                                &queries.in_flight,
+                                when_empty,
+                            )
+                            .await,
+                        )
+                        .map(|value| objective_reading(value, *target)),
+                        None => None,
+                    }
+                },
+                async {
+                    match &objective {
+                        Some((queries, _)) => Some(
+                            super::objective::latency(scaler, ctx, namespace, access, queries)
+                                .await,
+                        ),
+                        None => None,
+                    }
+                },
+            )
+            .await;
+            readings.extend(in_flight);
+            latency_read = latency;
+            Signal::Ratio(readings)
         }
         (Ok(access), MetricProvider::Custom) => {
             Signal::Absolute(read_decision(scaler, ctx, namespace, access).await?)
         }
-        (Err(why), MetricProvider::Prometheus) => Signal::Ratio(unreadable(scaler, why)),
+        (Err(why), MetricProvider::Prometheus) => {
+            let mut readings = unreadable(scaler, why);
+            if let Some((_, target)) = &objective {
+                readings.push(objective_reading(Err(why.clone()), *target));
+                latency_read = Some(Err(match why {
+                    SkipReason::Unavailable(u) => u.clone(),
+                    other => Unreadable::new(other.clone()),
+                }));
+            }
+            Signal::Ratio(readings)
+        }
         (Err(why), MetricProvider::Custom) => Signal::Absolute(Err(Unreadable::new(why.clone()))),
     };
-    let behavior = crate::api::behavior::behavior(spec)?;
-    let stages = crate::api::behavior::stages(spec, pause)?;
     let activation = match (&stages.zero, &spec.scale_to_zero, &access) {
         (Some(_), Some(zero), Ok(access)) => {
             Some(read_activation(scaler, ctx, namespace, access, &zero.activation_query).await)
@@ -249,16 +306,26 @@ async fn observe(
         ),
         memory,
         now,
+        latency_unread: None,
     };
     let stored = Stored {
         zero: status::stored_zero(scaler.status.as_ref()),
         syncs_without_signal: status::stored_syncs_without_signal(scaler.status.as_ref()),
+        capacity: stored_capacity,
     };
+    let objective_read = latency_read.map(|latency| ObjectiveReading {
+        latency,
+        newest_ready: startup
+            .as_ref()
+            .and_then(|s| s.last_ready_time.as_ref())
+            .map(|t| t.0),
+    });
     let Step {
         decision,
         zero,
         syncs_without_signal,
-    } = law(&input, &stages, activation, stored);
+        objective,
+    } = law(&input, &stages, activation, objective_read.as_ref(), stored);
     ctx.memory
         .set_samples(&uid, decision.memory.samples.clone());
     Ok(Observed {
@@ -271,7 +338,18 @@ async fn observe(
         startup,
         zero,
         syncs_without_signal,
+        objective,
     })
+}
+
+/// The objective's in-flight reading, against the target it starts from.
+fn objective_reading(value: Result<f64, SkipReason>, target: f64) -> MetricReading {
+    MetricReading {
+        name: OBJECTIVE_METRIC.to_owned(),
+        value,
+        target,
+        kind: crate::scaling::TargetType::Value,
+    }
 }
 
 /// Everything a sync writes to the cluster: the target's spec.replicas, the victims' marks, the
@@ -360,6 +438,7 @@ impl<'a> Writer<'a> {
                 wrote: synced.wrote,
                 zero: synced.observed.zero.as_ref(),
                 syncs_without_signal: synced.observed.syncs_without_signal,
+                objective: synced.observed.objective.as_ref(),
             },
             Err(error) => Outcome::Failed(error),
         };

@@ -6,19 +6,21 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 
 use super::error::SyncError;
-use crate::api::StartupStatus;
 use crate::api::{
     LLMScalerStatus, MetricStatus, Recommendation, RecommendationHistory, ScaleToZeroStatus,
 };
+use crate::api::{ObjectiveStatus, StartupStatus};
 use crate::scaling::{
-    AwakeWait, Change, Decision, DeferReason, Direction, Entry, HoldReason, Learned, LimitReason,
-    Memory, Pause, Reason, TargetState, ZeroMemory, ZeroReason, zero_phase,
+    AwakeWait, Capacity, Change, Decision, DeferReason, Direction, Entry, HoldReason, Kept,
+    Learned, Learnt, Lesson, LimitReason, Memory, Pause, Reason, Share, TargetState, ZeroMemory,
+    ZeroReason, zero_phase,
 };
 
 pub const READY: &str = "Ready";
 pub const SCALING_ACTIVE: &str = "ScalingActive";
 pub const SCALING_LIMITED: &str = "ScalingLimited";
 pub const ROLLOUT_IN_PROGRESS: &str = "RolloutInProgress";
+pub const OBJECTIVE_MET: &str = "ObjectiveMet";
 
 /// What a sync ended with.
 pub enum Outcome<'a> {
@@ -35,6 +37,8 @@ pub enum Outcome<'a> {
         zero: Option<&'a ZeroMemory>,
         /// Consecutive syncs without a usable signal, this one included.
         syncs_without_signal: u32,
+        /// What the objective stage learned, under an objective.
+        objective: Option<&'a Learnt>,
     },
     /// The sync stopped before a decision, or its write was refused.
     Failed(&'a SyncError),
@@ -119,6 +123,7 @@ pub fn render(
             startup,
             zero,
             syncs_without_signal,
+            objective,
         } => {
             set(
                 READY,
@@ -152,6 +157,14 @@ pub fn render(
             });
             status.syncs_without_signal = (*syncs_without_signal > 0)
                 .then(|| i32::try_from(*syncs_without_signal).unwrap_or(i32::MAX));
+            status.objective = objective.map(objective_status);
+            match objective {
+                Some(learnt) => {
+                    let (met, reason, message) = objective_met(learnt, decision, target);
+                    set(OBJECTIVE_MET, met, reason, message);
+                }
+                None => status.conditions.retain(|c| c.type_ != OBJECTIVE_MET),
+            }
         }
     }
     status
@@ -198,6 +211,180 @@ pub fn stored_zero(status: Option<&LLMScalerStatus>) -> ZeroMemory {
             woke_at: z.woke_at.as_ref().map(|t| t.0),
         })
         .unwrap_or_default()
+}
+
+/// Capacity estimates are stored to this many decimals: finer than any move of the estimate
+/// (at least 3% of it, above its floor of 0.25), coarse enough to read.
+const CAPACITY_DECIMALS: i32 = 3;
+
+fn rounded(value: f64) -> f64 {
+    let scale = 10f64.powi(CAPACITY_DECIMALS);
+    (value * scale).round() / scale
+}
+
+/// The status form of what the objective stage learned.
+pub fn objective_status(learnt: &Learnt) -> ObjectiveStatus {
+    let allowed = |share: &Share| 100.0 * (1.0 - share.at_most);
+    ObjectiveStatus {
+        requests_per_pod: format_value(rounded(learnt.capacity.per_pod)),
+        missed_at: learnt.capacity.missed_at.map(|m| format_value(rounded(m))),
+        attainment: learnt
+            .late
+            .as_ref()
+            .map(|late| format!("{:.2}", allowed(late))),
+        lesson: Some(lesson(&learnt.lesson)),
+    }
+}
+
+/// The capacity learned so far, from status (none before the first lesson, or if it was
+/// edited into something that is not a number: the prior then).
+pub fn stored_capacity(status: Option<&LLMScalerStatus>) -> Option<Capacity> {
+    let objective = status?.objective.as_ref()?;
+    let per_pod = objective
+        .requests_per_pod
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v > 0.0)?;
+    let missed_at = objective
+        .missed_at
+        .as_deref()
+        .and_then(|m| m.parse::<f64>().ok())
+        .filter(|v| v.is_finite() && *v > 0.0);
+    Some(Capacity { per_pod, missed_at })
+}
+
+/// A lesson, for a person.
+pub fn lesson(lesson: &Lesson) -> String {
+    let n = |v: &f64| format!("{v:.2}");
+    match lesson {
+        Lesson::Lowered { from, to, load } => format!(
+            "objective missed at {} requests running per pod: capacity lowered from {} to {}",
+            n(load),
+            n(from),
+            n(to)
+        ),
+        Lesson::Raised { from, to, load } => format!(
+            "objective met at {} requests running per pod: capacity raised from {} to {}",
+            n(load),
+            n(from),
+            n(to)
+        ),
+        Lesson::Probed { from, to } => format!(
+            "objective met near capacity: probing from {} to {}",
+            n(from),
+            n(to)
+        ),
+        Lesson::Kept(kept) => match kept {
+            Kept::NothingMeasured => {
+                "capacity kept: no latency histogram could be read or none had a request".to_owned()
+            }
+            Kept::TooFewRequests { requests, needed } => format!(
+                "capacity kept: {} requests in the last minute, {} needed to judge the objective",
+                requests.round(),
+                needed.round()
+            ),
+            Kept::Unclear {
+                at_least,
+                at_most,
+                allowed,
+            } => format!(
+                "capacity kept: between {}% and {}% of requests were late, the objective allows {}%: the histogram buckets cannot tell",
+                n(&(100.0 * at_least)),
+                n(&(100.0 * at_most)),
+                n(&(100.0 * allowed))
+            ),
+            Kept::FarBelow { load } => format!(
+                "capacity kept: objective met at {} requests running per pod, too far below capacity to learn from",
+                n(load)
+            ),
+            Kept::BelowPastMiss { missed_at } => format!(
+                "capacity kept: just below the {} requests per pod the objective was missed at",
+                n(missed_at)
+            ),
+            Kept::AlreadyBelow { load } => format!(
+                "capacity kept: objective missed at {} requests running per pod, and capacity is already below it",
+                n(load)
+            ),
+            Kept::Unsettled { load } => format!(
+                "capacity kept: objective met at {} requests running per pod while pods were starting",
+                n(load)
+            ),
+        },
+    }
+}
+
+/// Whether the objective held over the last minute, and when it did not, what stands in the way:
+/// the capacity learned (the fleet grows to it), maxReplicas, or pods that have not started.
+pub(super) fn objective_met(
+    learnt: &Learnt,
+    decision: &Decision,
+    target: &TargetState,
+) -> (bool, &'static str, String) {
+    let capacity = format!("{:.2}", learnt.capacity.per_pod);
+    let Some(late) = &learnt.late else {
+        return match &learnt.unread {
+            Some(why) => (
+                false,
+                "LatencyUnread",
+                format!(
+                    "the latency histograms could not be read ({why}); capacity stays at {capacity} requests per pod and scale-downs wait"
+                ),
+            ),
+            None => (
+                true,
+                "NoRequests",
+                format!(
+                    "no request finished in the last minute; capacity stays at {capacity} requests per pod"
+                ),
+            ),
+        };
+    };
+    let attained = format!("{:.2}", 100.0 * (1.0 - late.at_most));
+    let missed = matches!(
+        learnt.lesson,
+        Lesson::Lowered { .. } | Lesson::Kept(Kept::AlreadyBelow { .. })
+    );
+    if !missed {
+        return (
+            true,
+            "Met",
+            format!(
+                "at least {attained}% of the last minute's requests met the objective; capacity {capacity} requests per pod"
+            ),
+        );
+    }
+    let at_max = decision.reasons.iter().find_map(|r| match r {
+        Reason::Limited(LimitReason::ClampedToMax { recommended, max }) => {
+            Some((*recommended, *max))
+        }
+        _ => None,
+    });
+    if let Some((recommended, max)) = at_max {
+        return (
+            false,
+            "MissedAtMaxReplicas",
+            format!(
+                "the objective was missed (at least {attained}% of the last minute's requests in time) and the fleet is held at maxReplicas {max} where {recommended} are needed at {capacity} requests per pod: raise maxReplicas"
+            ),
+        );
+    }
+    if target.ready_replicas < target.spec_replicas {
+        return (
+            false,
+            "MissedWhilePodsStart",
+            format!(
+                "the objective was missed (at least {attained}% of the last minute's requests in time) while {} of {} pods are Ready",
+                target.ready_replicas, target.spec_replicas
+            ),
+        );
+    }
+    (
+        false,
+        "Missed",
+        format!(
+            "the objective was missed (at least {attained}% of the last minute's requests in time): capacity lowered to {capacity} requests per pod, and the fleet sized to it"
+        ),
+    )
 }
 
 /// The consecutive syncs without a usable signal stored in status.
@@ -570,6 +757,7 @@ mod tests {
             startup: None,
             zero: None,
             syncs_without_signal: 0,
+            objective: None,
         }
     }
     use crate::scaling::{
@@ -595,6 +783,7 @@ mod tests {
             startup_seconds: None,
             memory: Memory::default(),
             now: t(0),
+            latency_unread: None,
         });
         (d, target)
     }
@@ -716,6 +905,7 @@ mod tests {
             startup_seconds: None,
             memory: Memory::default(),
             now: t(0),
+            latency_unread: None,
         });
         let startup = StartupStatus {
             observed_seconds: 180,
@@ -736,6 +926,7 @@ mod tests {
                 target: &target,
                 target_uid: "t1",
                 wrote: true,
+                objective: None,
             },
             t(0),
         );

@@ -148,6 +148,7 @@ pub fn decide(input: &Input) -> Decision {
         startup_seconds,
         memory,
         now,
+        latency_unread,
     } = input;
     let current = target.spec_replicas;
     let mut reasons = Vec::new();
@@ -280,6 +281,10 @@ pub fn decide(input: &Input) -> Decision {
                 ready: target.ready_replicas,
                 spec: current,
             }));
+        } else if desired < current
+            && let Some(why) = latency_unread
+        {
+            reasons.push(Reason::Deferred(DeferReason::LatencyUnread(why.clone())));
         } else {
             write = rate_limited(
                 current,
@@ -421,6 +426,7 @@ mod tests {
             startup_seconds: None,
             memory: Memory::default(),
             now: t(0),
+            latency_unread: None,
         }
     }
 
@@ -615,6 +621,7 @@ mod tests {
                 startup_seconds: None,
                 memory: history.clone(),
                 now: t(now),
+                latency_unread: None,
             });
             if let Some(w) = d.write {
                 writes.push((now, w));
@@ -669,6 +676,7 @@ mod tests {
                 startup_seconds: None,
                 memory,
                 now: t(now),
+                latency_unread: None,
             });
             if let Some(w) = d.write {
                 writes.push((now, w));
@@ -692,6 +700,7 @@ mod tests {
             startup_seconds: None,
             memory: Memory::default(),
             now: t(0),
+            latency_unread: None,
         });
         assert_eq!(high.write, None);
         let mut history = high.memory;
@@ -704,6 +713,7 @@ mod tests {
                 startup_seconds: None,
                 memory: history.clone(),
                 now: t(now),
+                latency_unread: None,
             });
             assert_eq!((d.desired, d.write), (8, None), "held at {now}s");
             assert!(d.reasons.iter().any(|r| matches!(
@@ -720,6 +730,7 @@ mod tests {
             startup_seconds: None,
             memory: history,
             now: t(195),
+            latency_unread: None,
         });
         assert_eq!(released.write, Some(2));
     }
@@ -1126,6 +1137,7 @@ mod properties {
                         },
                     },
                     now: t(600),
+                    latency_unread: None,
                 },
             )
     }
@@ -1199,7 +1211,7 @@ mod properties {
                     startup_seconds: Some(180.0),
                     memory,
                     now: t(15 * k as i64),
-                });
+                latency_unread: None,});
                 prop_assert_eq!(d.write, None, "sync {}", k);
                 memory = d.memory;
             }
@@ -1227,7 +1239,7 @@ mod properties {
                 startup_seconds: None,
                 memory: Memory::default(),
                 now: t(0),
-            });
+            latency_unread: None,});
             prop_assert_eq!(d.write, None);
         }
 

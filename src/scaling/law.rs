@@ -3,13 +3,17 @@
 //! to zero, the fallback and a pause included.
 //!
 //! The stages, in order:
+//! 0. under an objective, the capacity learned from this sync's latency reading becomes the
+//!    objective reading's target ([`learn_objective`]);
 //! 1. the decision from the signal ([`decide`]), or under scale-to-zero [`decide_with_zero`];
 //! 2. the signal's health, counted with or without a fallback (status says how long the signal
 //!    has been gone), and the fallback when the spec has one;
 //! 3. a pause, which takes the write but leaves the windows recording what the signal said.
 
+use super::capacity::Capacity;
 use super::decision::decide;
 use super::fallback::{FallbackRules, SignalHealth, health, with_fallback};
+use super::objective::{Learnt, ObjectiveReading, ObjectiveRules, apply, learn_objective};
 use super::pause::paused;
 use super::recommend::SkipReason;
 use super::types::{Decision, Input, Pause};
@@ -18,6 +22,8 @@ use super::zero::{ZeroMemory, ZeroRules, decide_with_zero};
 /// What the spec and its annotations make of the law beyond the ratio: each stage that applies.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Stages {
+    /// Under an objective: how it is judged and learned.
+    pub objective: Option<ObjectiveRules>,
     pub zero: Option<ZeroRules>,
     pub fallback: Option<FallbackRules>,
     pub pause: Option<Pause>,
@@ -25,12 +31,14 @@ pub struct Stages {
 
 /// What the law remembers between syncs besides [`Input::memory`] (kept in status, so a restart
 /// keeps it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Stored {
     /// The scale-to-zero timers.
     pub zero: ZeroMemory,
     /// Consecutive syncs without a usable signal before this one.
     pub syncs_without_signal: u32,
+    /// The capacity learned for the objective (none: the prior).
+    pub capacity: Option<Capacity>,
 }
 
 /// One step of the law: the decision and what to store for the next.
@@ -42,16 +50,29 @@ pub struct Step {
     pub zero: Option<ZeroMemory>,
     /// Consecutive syncs without a usable signal, this one included.
     pub syncs_without_signal: u32,
+    /// What the objective stage learned, under an objective.
+    pub objective: Option<Learnt>,
 }
 
 /// The law applied to one sync's `input`. `activation` is the activation query's reading, under
-/// scaleToZero (none without it: the stage does not apply).
+/// scaleToZero (none without it: the stage does not apply); `objective` is the latency reading,
+/// under an objective.
 pub fn law(
     input: &Input,
     stages: &Stages,
     activation: Option<Result<f64, SkipReason>>,
+    objective: Option<&ObjectiveReading>,
     stored: Stored,
 ) -> Step {
+    let learnt = stages
+        .objective
+        .as_ref()
+        .zip(objective)
+        .map(|(rules, reading)| {
+            learn_objective(stored.capacity, reading, &input.target, input.now, rules)
+        });
+    let learnt_input = learnt.as_ref().map(|l| apply(input, l));
+    let input = learnt_input.as_ref().unwrap_or(input);
     let activation_read = activation
         .as_ref()
         .map(|a| a.as_ref().is_ok_and(|v| v.is_finite()));
@@ -81,5 +102,6 @@ pub fn law(
         decision,
         zero,
         syncs_without_signal,
+        objective: learnt,
     }
 }

@@ -15,6 +15,7 @@ mod fallback;
 pub(crate) mod fixture;
 mod forecast;
 mod law;
+mod objective;
 mod pause;
 mod recommend;
 mod stabilization;
@@ -34,6 +35,10 @@ pub use decision::decide;
 pub use fallback::{FallbackRules, SignalHealth, health as signal_health, with_fallback};
 pub use forecast::Sample;
 pub use law::{Stages, Step, Stored, law};
+pub use objective::{
+    Latency, Learnt, OBJECTIVE_METRIC, ObjectiveReading, ObjectiveRules, WINDOW_SECONDS,
+    late_share, learn_objective, settled as objective_settled,
+};
 pub use pause::paused;
 pub use recommend::{SkipReason, TargetType, ratio_recommendation};
 pub use stabilization::{Entry, MAX_HISTORY};

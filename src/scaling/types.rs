@@ -85,6 +85,8 @@ pub struct Input {
     pub startup_seconds: Option<f64>,
     pub memory: Memory,
     pub now: Timestamp,
+    /// Why the objective's latency signal could not be read: a scale-down waits for it.
+    pub latency_unread: Option<Unreadable>,
 }
 
 /// What one metric contributed.
@@ -113,6 +115,8 @@ pub enum DeferReason {
     Rollout(Rollout),
     /// A scale-down waits until every requested replica is ready.
     NotSettled { ready: i32, spec: i32 },
+    /// A scale-down waits until the objective's latency histograms can be read again.
+    LatencyUnread(Unreadable),
 }
 
 /// A direction of change.

@@ -1,0 +1,392 @@
+//! Scaling to the user's latency objective: the per-pod target of the requests-in-flight metric
+//! is learned from the pods' own latency histograms ([`super::capacity`]) instead of guessed.
+//!
+//! One window of what the pods exported makes one lesson: the share of the window's requests
+//! that missed (queued longer than the part of the TTFT budget left after prefill, or produced
+//! tokens slower than the TPOT budget), and the requests one Ready pod ran meanwhile. The learned
+//! capacity becomes the target of the reading named [`OBJECTIVE_METRIC`]; the rest of the law is
+//! unchanged. A latency signal that cannot be read keeps the estimate and defers every
+//! scale-down: a gap in the evidence is never read as a met objective.
+
+use k8s_openapi::jiff::Timestamp;
+
+use super::capacity::{Capacity, CapacityRules, HistogramError, Lesson, Share, learn, share_above};
+use super::types::{Input, Signal, TargetState};
+use super::unreadable::Unreadable;
+pub use crate::names::OBJECTIVE_METRIC;
+
+/// The share of the TTFT budget a request may spend queued: the rest is its prefill. Queue time
+/// measures only what the fleet's size changes; a long prompt's prefill, which no number of pods
+/// shortens, would otherwise read as missing capacity (measured in the lab: the TTFT histogram
+/// itself ratchets the real code log's estimate to the floor).
+pub const QUEUE_SHARE_OF_TTFT: f64 = 0.5;
+
+/// The learned estimate's limits, in requests running per pod.
+pub const FLOOR: f64 = 0.25;
+pub const CEILING: f64 = 256.0;
+
+/// Seconds of history one lesson reads (the window of the composed queries).
+pub const WINDOW_SECONDS: f64 = 60.0;
+
+/// How the objective is judged and learned.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ObjectiveRules {
+    /// Seconds a request may wait in the queue and still be in time.
+    pub queue_budget: f64,
+    /// Seconds per output token a request may take and still be in time.
+    pub tpot_budget: f64,
+    pub capacity: CapacityRules,
+    /// Requests running per pod a fleet with no history starts from.
+    pub prior: f64,
+}
+
+impl ObjectiveRules {
+    /// TTFT and TPOT budgets (seconds) met by `percentile` % of requests, starting from `prior`.
+    pub fn new(ttft: f64, tpot: f64, percentile: f64, prior: f64) -> Self {
+        Self {
+            queue_budget: ttft * QUEUE_SHARE_OF_TTFT,
+            tpot_budget: tpot,
+            capacity: CapacityRules::for_percentile(percentile, FLOOR, CEILING),
+            prior: prior.clamp(FLOOR, CEILING),
+        }
+    }
+}
+
+/// What the pods exported over the last window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Latency {
+    /// `sum by (le) (increase(vllm:request_queue_time_seconds_bucket[window]))`, cumulative.
+    pub queue: Vec<(f64, f64)>,
+    /// The same of `vllm:request_time_per_output_token_seconds_bucket`.
+    pub tpot: Vec<(f64, f64)>,
+    /// Mean requests running per Ready pod over the window.
+    pub load: f64,
+}
+
+/// This sync's reading of the objective's signals.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObjectiveReading {
+    pub latency: Result<Latency, Unreadable>,
+    /// When the newest of the target's pods became Ready, if known.
+    pub newest_ready: Option<Timestamp>,
+}
+
+/// What the objective stage learned at one sync.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Learnt {
+    pub capacity: Capacity,
+    pub lesson: Lesson,
+    /// The share of the window's requests that missed, when the histograms told.
+    pub late: Option<Share>,
+    /// Why the latency signal could not be read (scale-downs wait for it).
+    pub unread: Option<Unreadable>,
+}
+
+/// Either of two misses: at least the larger share, at most their sum.
+fn either(a: Share, b: Share) -> Share {
+    Share {
+        at_least: a.at_least.max(b.at_least),
+        at_most: (a.at_most + b.at_most).min(1.0),
+        observations: a.observations.min(b.observations),
+    }
+}
+
+/// The share of the window's requests that missed the objective.
+pub fn late_share(latency: &Latency, rules: &ObjectiveRules) -> Result<Share, HistogramError> {
+    let queue = share_above(&latency.queue, rules.queue_budget)?;
+    let tpot = share_above(&latency.tpot, rules.tpot_budget)?;
+    Ok(either(queue, tpot))
+}
+
+/// Every pod asked for is Ready and has been through the whole window (when that is known), and
+/// nothing rolls out: the load measured is the fleet's own, not a start-up's transient.
+pub fn settled(target: &TargetState, newest_ready: Option<Timestamp>, now: Timestamp) -> bool {
+    let ready_long_enough =
+        newest_ready.is_none_or(|ready| now.duration_since(ready).as_secs_f64() >= WINDOW_SECONDS);
+    target.rollout.is_none()
+        && target.spec_replicas > 0
+        && target.ready_replicas == target.spec_replicas
+        && ready_long_enough
+}
+
+/// One lesson from `reading`, starting from the stored estimate (the prior without one).
+pub fn learn_objective(
+    stored: Option<Capacity>,
+    reading: &ObjectiveReading,
+    target: &TargetState,
+    now: Timestamp,
+    rules: &ObjectiveRules,
+) -> Learnt {
+    let capacity = stored.unwrap_or(Capacity::prior(rules.prior));
+    let latency = match &reading.latency {
+        Ok(latency) => latency,
+        Err(why) => {
+            let (capacity, lesson) = learn(capacity, None, &rules.capacity);
+            return Learnt {
+                capacity,
+                lesson,
+                late: None,
+                unread: Some(why.clone()),
+            };
+        }
+    };
+    let (late, unread) = match late_share(latency, rules) {
+        Ok(share) => (Some(share), None),
+        // A window without requests is no evidence, and no fault either.
+        Err(HistogramError::Empty) => (None, None),
+        Err(broken) => (None, Some(Unreadable::new(broken))),
+    };
+    let evidence = late.map(|late| super::capacity::Evidence {
+        load: latency.load,
+        late,
+        settled: settled(target, reading.newest_ready, now),
+    });
+    let (capacity, lesson) = learn(capacity, evidence, &rules.capacity);
+    Learnt {
+        capacity,
+        lesson,
+        late,
+        unread,
+    }
+}
+
+/// `input` with the learned capacity as the objective reading's target, and scale-downs deferred
+/// while the latency signal cannot be read.
+pub fn apply(input: &Input, learnt: &Learnt) -> Input {
+    let mut input = input.clone();
+    if let Signal::Ratio(readings) = &mut input.signal {
+        for reading in readings.iter_mut().filter(|r| r.name == OBJECTIVE_METRIC) {
+            reading.target = learnt.capacity.per_pod;
+        }
+    }
+    input.latency_unread = learnt.unread.clone();
+    input
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scaling::capacity::Kept;
+    use crate::scaling::fixture::{t, unreadable};
+
+    fn rules() -> ObjectiveRules {
+        ObjectiveRules::new(2.0, 0.1, 99.0, 4.0)
+    }
+
+    /// A histogram of `n` requests, `late` of them above every budget here.
+    fn histogram(n: f64, late: f64) -> Vec<(f64, f64)> {
+        vec![
+            (0.05, n - late),
+            (0.1, n - late),
+            (1.0, n - late),
+            (2.0, n - late),
+            (f64::INFINITY, n),
+        ]
+    }
+
+    fn target(spec: i32, ready: i32) -> TargetState {
+        TargetState {
+            spec_replicas: spec,
+            ready_replicas: ready,
+            rollout: None,
+        }
+    }
+
+    fn reading(n: f64, late: f64, load: f64) -> ObjectiveReading {
+        ObjectiveReading {
+            latency: Ok(Latency {
+                queue: histogram(n, late),
+                tpot: histogram(n, 0.0),
+                load,
+            }),
+            newest_ready: Some(t(0)),
+        }
+    }
+
+    #[test]
+    fn the_queue_budget_is_the_part_of_the_ttft_left_after_prefill() {
+        let r = rules();
+        assert_eq!(r.queue_budget, 1.0);
+        assert_eq!(r.tpot_budget, 0.1);
+        assert!((r.capacity.allowed_miss - 0.01).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_late_request_in_either_histogram_is_late() {
+        let latency = Latency {
+            queue: histogram(100.0, 3.0),
+            tpot: histogram(100.0, 5.0),
+            load: 2.0,
+        };
+        let share = late_share(&latency, &rules()).unwrap();
+        assert_eq!(share.at_least, 0.05);
+        assert_eq!(share.at_most, 0.08);
+        assert_eq!(share.observations, 100.0);
+    }
+
+    #[test]
+    fn a_clear_miss_lowers_the_prior_and_a_settled_pass_raises_it() {
+        let missed = learn_objective(
+            None,
+            &reading(400.0, 40.0, 3.0),
+            &target(2, 2),
+            t(120),
+            &rules(),
+        );
+        assert!(matches!(missed.lesson, Lesson::Lowered { .. }));
+        assert!(missed.capacity.per_pod < 4.0);
+        assert_eq!(missed.unread, None);
+
+        let passed = learn_objective(
+            None,
+            &reading(400.0, 0.0, 4.0),
+            &target(2, 2),
+            t(120),
+            &rules(),
+        );
+        assert!(passed.capacity.per_pod > 4.0, "{passed:?}");
+    }
+
+    #[test]
+    fn a_pass_while_a_pod_became_ready_inside_the_window_raises_nothing() {
+        let r = reading(400.0, 0.0, 4.0);
+        let fresh = learn_objective(None, &r, &target(2, 2), t(30), &rules());
+        assert_eq!(fresh.capacity.per_pod, 4.0);
+        assert_eq!(fresh.lesson, Lesson::Kept(Kept::Unsettled { load: 4.0 }));
+        let starting = learn_objective(None, &r, &target(3, 2), t(600), &rules());
+        assert_eq!(starting.capacity.per_pod, 4.0);
+    }
+
+    #[test]
+    fn an_unreadable_or_broken_histogram_keeps_the_estimate_and_says_why() {
+        let stored = Some(Capacity {
+            per_pod: 7.0,
+            missed_at: Some(9.0),
+        });
+        let gone = ObjectiveReading {
+            latency: Err(unreadable("no series")),
+            newest_ready: None,
+        };
+        let learnt = learn_objective(stored, &gone, &target(2, 2), t(600), &rules());
+        assert_eq!(Some(learnt.capacity), stored);
+        assert_eq!(learnt.unread, Some(unreadable("no series")));
+
+        let mut broken = reading(100.0, 0.0, 7.0);
+        if let Ok(latency) = &mut broken.latency {
+            latency.tpot.pop();
+        }
+        let learnt = learn_objective(stored, &broken, &target(2, 2), t(600), &rules());
+        assert_eq!(Some(learnt.capacity), stored);
+        assert!(learnt.unread.is_some());
+    }
+
+    #[test]
+    fn a_window_without_requests_is_no_evidence_and_no_fault() {
+        let learnt = learn_objective(
+            None,
+            &reading(0.0, 0.0, 0.0),
+            &target(2, 2),
+            t(600),
+            &rules(),
+        );
+        assert_eq!(learnt.capacity.per_pod, 4.0);
+        assert_eq!(learnt.unread, None);
+        assert_eq!(learnt.late, None);
+    }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+        use crate::scaling::fixture::input;
+        use crate::scaling::{MetricReading, Stages, Stored, TargetType, law};
+
+        fn objective_input(value: f64, spec: i32, ready: i32, min: i32, max: i32) -> Input {
+            let mut input = input().replicas(spec, ready).bounds(min, max).build();
+            input.now = t(600);
+            input.signal = Signal::Ratio(vec![MetricReading {
+                name: OBJECTIVE_METRIC.into(),
+                value: Ok(value),
+                target: f64::NAN,
+                kind: TargetType::Value,
+            }]);
+            input
+        }
+
+        proptest! {
+            /// Whatever the histograms say, the fleet stays within its bounds; and while they
+            /// cannot be read, it never shrinks.
+            #[test]
+            fn the_objective_stays_in_bounds_and_a_broken_latency_signal_never_scales_down(
+                value in 0.0f64..200.0,
+                spec in 1i32..30,
+                ready_short in 0i32..3,
+                min in 1i32..5,
+                extra in 0i32..30,
+                stored in proptest::option::of(0.25f64..256.0),
+                requests in 0.0f64..2000.0,
+                late_share in 0.0f64..1.0,
+                load in 0.0f64..100.0,
+                broken in proptest::bool::ANY,
+            ) {
+                let max = min + extra;
+                let ready = (spec - ready_short).max(0);
+                let input = objective_input(value, spec, ready, min, max);
+                let reading = ObjectiveReading {
+                    latency: if broken {
+                        Err(crate::scaling::fixture::unreadable("no series"))
+                    } else {
+                        Ok(Latency {
+                            queue: histogram(requests, (requests * late_share).floor()),
+                            tpot: histogram(requests, 0.0),
+                            load,
+                        })
+                    },
+                    newest_ready: None,
+                };
+                let stages = Stages { objective: Some(rules()), ..Stages::default() };
+                let stored = Stored {
+                    capacity: stored.map(Capacity::prior),
+                    ..Stored::default()
+                };
+                let step = law(&input, &stages, None, Some(&reading), stored);
+                let learnt = step.objective.expect("the stage ran");
+                prop_assert!(learnt.capacity.per_pod >= FLOOR && learnt.capacity.per_pod <= CEILING);
+                if let Some(written) = step.decision.write {
+                    prop_assert!(written >= min && written <= max, "{written} outside {min}..={max}");
+                    if broken {
+                        prop_assert!(written >= spec.min(max), "{written} below {spec} while unread");
+                    }
+                }
+            }
+
+            /// A settled fleet whose load is steady and whose objective holds far below its
+            /// capacity is left where it is.
+            #[test]
+            fn a_met_objective_at_a_steady_load_leaves_a_settled_fleet_alone(
+                spec in 1i32..20,
+                per_pod in 1.0f64..50.0,
+            ) {
+                // Each pod carries just under the capacity: the ratio asks for what runs.
+                let value = per_pod * 0.95;
+                let input = objective_input(value, spec, spec, 1, 40);
+                let reading = ObjectiveReading {
+                    latency: Ok(Latency {
+                        queue: histogram(1000.0, 0.0),
+                        tpot: histogram(1000.0, 0.0),
+                        load: value * 0.5,
+                    }),
+                    newest_ready: Some(t(0)),
+                };
+                let stages = Stages { objective: Some(rules()), ..Stages::default() };
+                let stored = Stored {
+                    capacity: Some(Capacity::prior(per_pod)),
+                    ..Stored::default()
+                };
+                let step = law(&input, &stages, None, Some(&reading), stored);
+                prop_assert_eq!(step.decision.write, None);
+                prop_assert_eq!(step.objective.map(|l| l.capacity.per_pod), Some(per_pod));
+            }
+        }
+    }
+}
