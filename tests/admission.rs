@@ -174,7 +174,7 @@ fn invalid_cases() -> Vec<Case> {
             spec: with(valid_spec(), "/metrics/0/name", json!("desired-replicas")),
             expect: vec![
                 "spec.metrics[0].name",
-                "must not be decision, desired-replicas or metric-<number>",
+                "must not be decision, desired-replicas, objective or metric-<number>",
             ],
         },
         Case {
@@ -182,7 +182,7 @@ fn invalid_cases() -> Vec<Case> {
             spec: with(valid_spec(), "/metrics/0/name", json!("metric-1")),
             expect: vec![
                 "spec.metrics[0].name",
-                "must not be decision, desired-replicas or metric-<number>",
+                "must not be decision, desired-replicas, objective or metric-<number>",
             ],
         },
         Case {
@@ -639,6 +639,95 @@ fn invalid_cases() -> Vec<Case> {
             ],
         });
     }
+    let objective = |field: &str, value: Value| {
+        let mut o = json!({ "selector": "model_name=\"m\"" });
+        o[field] = value;
+        with(with(valid_spec(), "/metrics", Value::Null), "/objective", o)
+    };
+    for (what, field, value, expect) in [
+        (
+            "an objective whose selector closes the braces",
+            "selector",
+            json!("model_name=\"m\"} or vector(100) or up{job=\"x\""),
+            vec![
+                "spec.objective.selector",
+                "objective.selector must be PromQL label matchers without braces",
+            ],
+        ),
+        (
+            "an objective whose selector is not matchers",
+            "selector",
+            json!("llama"),
+            vec![
+                "spec.objective.selector",
+                "objective.selector must be PromQL label matchers",
+            ],
+        ),
+        (
+            "an objective with a TTFT with a unit",
+            "ttftSeconds",
+            json!("2s"),
+            vec![
+                "spec.objective.ttftSeconds",
+                "objective.ttftSeconds must be a quoted decimal above 0",
+            ],
+        ),
+        (
+            "an objective with a TPOT of zero",
+            "tpotSeconds",
+            json!("0"),
+            vec![
+                "spec.objective.tpotSeconds",
+                "objective.tpotSeconds must be a quoted decimal above 0",
+            ],
+        ),
+        (
+            "an objective at the 100th percentile",
+            "percentile",
+            json!("100"),
+            vec![
+                "spec.objective.percentile",
+                "from 50 up to (not including) 100",
+            ],
+        ),
+        (
+            "an objective starting from no requests per pod",
+            "initialRequestsPerPod",
+            json!("0.1"),
+            vec!["spec.objective.initialRequestsPerPod", "from 0.25 to 256"],
+        ),
+    ] {
+        cases.push(Case {
+            what,
+            spec: objective(field, value),
+            expect,
+        });
+    }
+    cases.push(Case {
+        what: "an objective under the Custom provider",
+        spec: with(
+            with(
+                with(
+                    valid_spec(),
+                    "/objective",
+                    json!({ "selector": "model_name=\"m\"" }),
+                ),
+                "/metricProvider",
+                json!("Custom"),
+            ),
+            "/customProvider",
+            json!({ "serviceId": "llama" }),
+        ),
+        expect: vec![
+            "spec.objective",
+            "objective works with metricProvider Prometheus",
+        ],
+    });
+    cases.push(Case {
+        what: "a metric named objective",
+        spec: with(valid_spec(), "/metrics/0/name", json!("objective")),
+        expect: vec!["must not be decision, desired-replicas, objective or metric-<number>"],
+    });
     cases
 }
 
@@ -726,6 +815,7 @@ async fn samples_and_scale_to_zero_are_accepted_with_defaults() {
         "config/samples/autoscaling_v1alpha1_llmscaler_customprovider.yaml",
         "config/samples/autoscaling_v1alpha1_llmscaler_inflight.yaml",
         "config/samples/autoscaling_v1alpha1_llmscaler_scaletozero.yaml",
+        "config/samples/autoscaling_v1alpha1_llmscaler_objective.yaml",
     ] {
         let object: DynamicObject = common::read_yaml(sample);
         api.create(&PostParams::default(), &object)
@@ -776,6 +866,29 @@ async fn samples_and_scale_to_zero_are_accepted_with_defaults() {
         "/decisions"
     );
     assert!(custom.spec.metrics.is_none(), "Custom needs no metrics");
+
+    // An objective needs no metrics; a bare one takes the common serving SLO.
+    let objective = typed.get("llmscaler-objective-sample").await.unwrap();
+    assert!(objective.spec.metrics.is_none());
+    let bare = with(
+        with(valid_spec(), "/metrics", Value::Null),
+        "/objective",
+        json!({ "selector": "namespace=\"prod\", app=\"vllm\"" }),
+    );
+    api.create(&PostParams::default(), &scaler("bare-objective", bare))
+        .await
+        .unwrap();
+    let bare = typed.get("bare-objective").await.unwrap();
+    let o = bare.spec.objective.unwrap();
+    assert_eq!(
+        (
+            o.ttft_seconds.as_str(),
+            o.tpot_seconds.as_str(),
+            o.percentile.as_str(),
+            o.initial_requests_per_pod
+        ),
+        ("2", "0.1", "99", None)
+    );
 
     let sleeper = typed.get("llmscaler-scale-to-zero-sample").await.unwrap();
     assert_eq!(

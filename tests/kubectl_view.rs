@@ -93,7 +93,17 @@ async fn kubectl_get_llms_shows_what_kubectl_get_hpa_shows() {
     );
     assert_eq!(
         names(1),
-        ["Kind", "Metric", "Active", "Limited", "LastScale"]
+        [
+            "Kind",
+            "Metric",
+            "Active",
+            "Limited",
+            "LastScale",
+            "TTFT",
+            "Objective",
+            "Attained",
+            "PerPod"
+        ]
     );
     let cells = &table["rows"][0]["cells"];
     let cell = |name: &str| {

@@ -400,6 +400,34 @@ async fn samples_and_readme_queries_read_a_real_vllm_scrape_and_scale() {
         "{per_pod:?}"
     );
 
+    // The queries an objective composes from its selector: on each fleet, one in-flight value,
+    // one load value and one cumulative queue-time histogram; vLLM 0.33.0's per-request TPOT
+    // histogram on the data-parallel pod too.
+    for app in [FLEET, DP_FLEET] {
+        let objective: llmscaleoperator::api::Objective =
+            serde_json::from_value(json!({ "selector": format!("{ns_matcher}, app=\"{app}\"") }))
+                .unwrap();
+        let q = llmscaleoperator::api::objective::queries(&objective).unwrap();
+        for query in [&q.in_flight, &q.load] {
+            let series = evaluate(&prometheus, query).await;
+            assert_eq!(series.len(), 1, "{query}: {series:?}");
+        }
+        let queue = buckets(q.queue.clone()).await.unwrap();
+        assert_eq!(
+            queue.last().map(|(le, _)| *le),
+            Some(f64::INFINITY),
+            "{queue:?}"
+        );
+        assert!(
+            queue.iter().any(|(le, _)| *le == 1.0),
+            "half the default TTFT is a bound: {queue:?}"
+        );
+        if app == DP_FLEET {
+            let tpot = buckets(q.tpot.clone()).await.unwrap();
+            assert!(tpot.iter().any(|(le, _)| *le == 0.1), "{tpot:?}");
+        }
+    }
+
     // Each Prometheus sample, names adjusted, reads its metrics on its first sync; each on a
     // Deployment of its own (two samples name the same one, and two scalers on one target
     // conflict).

@@ -116,6 +116,34 @@ use serde::{Deserialize, Serialize};
         json_path = ".status.lastScaleTime",
         description = "When the operator last changed the replica count",
         priority = 1
+    ),
+    printcolumn(
+        name = "TTFT",
+        type_ = "string",
+        json_path = ".spec.objective.ttftSeconds",
+        description = "The objective's time to first token, in seconds",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Objective",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"ObjectiveMet\")].reason",
+        description = "Whether the objective held over the last minute (ObjectiveMet)",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Attained",
+        type_ = "string",
+        json_path = ".status.objective.attainment",
+        description = "Percent of the last minute's requests that met the objective, at least",
+        priority = 1
+    ),
+    printcolumn(
+        name = "PerPod",
+        type_ = "string",
+        json_path = ".status.objective.requestsPerPod",
+        description = "Requests in flight per pod the objective holds at, as learned",
+        priority = 1
     )
 )]
 #[x_kube(

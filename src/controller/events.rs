@@ -29,7 +29,9 @@ pub const RISING_DEMAND: &str = "RisingDemand";
 /// A broken signal is such a state too: its warnings (one per skipped metric, and the hold)
 /// are told together when the breakage begins and when what they say changes, not at every
 /// sync of an outage.
-pub const LASTING: [&str; 8] = [
+pub const LASTING: [&str; 10] = [
+    LATENCY_UNREAD,
+    OBJECTIVE_MISSED,
     SCALE_DOWN_STABILIZED,
     SCALE_UP_STABILIZED,
     RISING_DEMAND,
@@ -41,6 +43,10 @@ pub const LASTING: [&str; 8] = [
 ];
 
 pub const METRIC_SKIPPED: &str = "MetricSkipped";
+/// A scale-down waits for an objective's latency histograms.
+pub const LATENCY_UNREAD: &str = "LatencyUnread";
+/// An objective is missed for want of pods: at maxReplicas, or pods that do not start.
+pub const OBJECTIVE_MISSED: &str = "ObjectiveMissed";
 pub const SCALING_HELD: &str = "ScalingHeld";
 
 /// The reason of the warning that says another autoscaler drives the target.
@@ -180,7 +186,7 @@ pub fn decision_notes(
                 ),
             ),
             Reason::Deferred(DeferReason::LatencyUnread(why)) => Note::warning(
-                "ScalingDeferred",
+                LATENCY_UNREAD,
                 format!(
                     "scale-down to {} waits until the objective's latency histograms can be read: {why}",
                     decision.desired
@@ -374,6 +380,23 @@ fn truncate(text: &str, max: usize) -> String {
         end -= 1;
     }
     format!("{}…", &text[..end])
+}
+
+/// The warning for an objective missed for want of pods (`reason` is the ObjectiveMet
+/// condition's), told when it begins and when it changes; none for a miss the fleet can still
+/// grow out of.
+pub fn objective_missed(reason: &str, target: &TargetState, max: i32) -> Option<Note> {
+    let message = match reason {
+        "MissedAtMaxReplicas" => format!(
+            "the latency objective is missed and the fleet is at maxReplicas {max}: raise maxReplicas"
+        ),
+        "MissedWhilePodsStart" => format!(
+            "the latency objective is missed while {} of {} pods are Ready",
+            target.ready_replicas, target.spec_replicas
+        ),
+        _ => return None,
+    };
+    Some(Note::warning(OBJECTIVE_MISSED, message))
 }
 
 #[cfg(test)]

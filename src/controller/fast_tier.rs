@@ -1341,7 +1341,40 @@ async fn an_objective_learns_its_capacity_from_the_histograms_and_a_gap_holds_th
     assert!(
         events
             .iter()
-            .any(|(r, n)| r == "ScalingDeferred" && n.contains("latency histograms")),
+            .any(|(r, n)| r == "LatencyUnread" && n.contains("latency histograms")),
         "{events:?}"
+    );
+
+    // Back, missing again, and more load than maxReplicas can carry: the condition and a
+    // warning say what to change.
+    *exported.lock().unwrap_or_else(PoisonError::into_inner) = Exported {
+        in_flight: 60.0,
+        load: 6.0,
+        requests: 400.0,
+        late: 40.0,
+        histograms: true,
+    };
+    h.sync_and_store(&mut scaler).await;
+    let status = scaler["status"].clone();
+    assert_eq!(h.api.scale_writes("vllm"), vec![3, 10], "{status:#}");
+    let (met, reason, message) = condition(&status, "ObjectiveMet");
+    assert_eq!(
+        (met.as_str(), reason.as_str()),
+        ("False", "MissedAtMaxReplicas")
+    );
+    assert!(message.contains("raise maxReplicas"), "{message}");
+    let events = h.api.events();
+    assert!(
+        events
+            .iter()
+            .any(|(r, n)| r == "ObjectiveMissed" && n.contains("maxReplicas 10")),
+        "{events:?}"
+    );
+    assert!(
+        h.exposition().contains(
+            r#"llmscaleoperator_metric_target{namespace="ns",scaler="s",metric="objective"} 5.4"#
+        ),
+        "{}",
+        h.exposition()
     );
 }

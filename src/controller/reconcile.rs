@@ -447,9 +447,21 @@ impl<'a> Writer<'a> {
         let (mut notes, mut candidates, target) = match outcome {
             Ok(synced) => {
                 let Observed {
-                    decision, target, ..
+                    decision,
+                    target,
+                    objective,
+                    ..
                 } = &synced.observed;
-                let decided = events::decision_notes(scaler, decision, target, is_dry_run(scaler));
+                let mut decided =
+                    events::decision_notes(scaler, decision, target, is_dry_run(scaler));
+                if let Some(learnt) = objective {
+                    let (_, reason, _) = status::objective_met(learnt, decision, target);
+                    decided.extend(events::objective_missed(
+                        reason,
+                        target,
+                        scaler.spec.max_replicas,
+                    ));
+                }
                 (synced.notes.clone(), decided, Some(target))
             }
             Err(error) => {
@@ -791,7 +803,10 @@ fn report<'a>(
         }
     };
     let Observed {
-        decision, target, ..
+        decision,
+        target,
+        objective,
+        ..
     } = &synced.observed;
     let specs = scaler.spec.metrics.as_deref().unwrap_or_default();
     let metrics = decision
@@ -799,10 +814,14 @@ fn report<'a>(
         .iter()
         .enumerate()
         .map(|(i, outcome)| {
-            let target = specs
-                .get(i)
-                .filter(|_| outcome.name != DECISION_METRIC)
-                .and_then(|m| parse_target(&m.target).ok());
+            let target = match objective {
+                // The objective's reading, against the capacity learned.
+                Some(learnt) if outcome.name == OBJECTIVE_METRIC => Some(learnt.capacity.per_pod),
+                _ => specs
+                    .get(i)
+                    .filter(|_| outcome.name != DECISION_METRIC)
+                    .and_then(|m| parse_target(&m.target).ok()),
+            };
             (outcome.name.as_str(), outcome.value, target)
         })
         .collect();
@@ -818,7 +837,15 @@ fn report<'a>(
             (status::READY, true),
             (status::SCALING_ACTIVE, status::scaling_active(decision).0),
             (status::SCALING_LIMITED, status::scaling_limited(decision).0),
-        ],
+        ]
+        .into_iter()
+        .chain(objective.as_ref().map(|l| {
+            (
+                status::OBJECTIVE_MET,
+                status::objective_met(l, decision, target).0,
+            )
+        }))
+        .collect(),
         outcome: Reported::Decided(Decided {
             result: synced.result(),
             metrics,
@@ -829,6 +856,10 @@ fn report<'a>(
             min: scaler.spec.min_replicas,
             max: scaler.spec.max_replicas,
             syncs_without_signal: synced.observed.syncs_without_signal,
+            attainment: objective
+                .as_ref()
+                .and_then(|l| l.late)
+                .map(|late| 1.0 - late.at_most),
             written: decision
                 .write
                 .filter(|_| synced.wrote)

@@ -88,14 +88,14 @@ pub struct MetricLabels {
 pub struct ConditionLabels {
     pub namespace: String,
     pub scaler: String,
-    /// Ready, ScalingActive or ScalingLimited.
+    /// Ready, ScalingActive, ScalingLimited or (under an objective) ObjectiveMet.
     pub condition: &'static str,
     /// "true" or "false": the series of the condition's current status is 1, the other 0.
     pub status: &'static str,
 }
 
 /// The conditions exposed as `llmscaleoperator_condition`.
-pub const CONDITIONS: [&str; 3] = ["Ready", "ScalingActive", "ScalingLimited"];
+pub const CONDITIONS: [&str; 4] = ["Ready", "ScalingActive", "ScalingLimited", "ObjectiveMet"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BuildLabels {
@@ -140,6 +140,8 @@ pub struct Metrics {
     /// Ready, ScalingActive and ScalingLimited, kube-state-metrics style: 1 on the series of
     /// the current status.
     pub condition: Family<ConditionLabels, Gauge>,
+    /// Under an objective: the share of the last minute's requests that met it, at least.
+    pub objective_attainment: Family<ScalerLabels, Gauge<f64, AtomicU64>>,
     pub scale_events: Family<ScaleLabels, Counter>,
     /// 1 while this replica may write (always 1 without leader election).
     pub leader: Gauge,
@@ -166,6 +168,12 @@ impl Default for Metrics {
         let metric_value = Family::<MetricLabels, Gauge<f64, AtomicU64>>::default();
         let metric_target = Family::<MetricLabels, Gauge<f64, AtomicU64>>::default();
         let condition = Family::<ConditionLabels, Gauge>::default();
+        let objective_attainment = Family::<ScalerLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "objective_attainment_ratio",
+            "Under an objective: the share (0-1) of the last minute's requests that met it, at least (absent when none finished)",
+            objective_attainment.clone(),
+        );
         let build_info = Family::<BuildLabels, Gauge>::default();
         build_info
             .get_or_create(&BuildLabels {
@@ -271,6 +279,7 @@ impl Default for Metrics {
             metric_value,
             metric_target,
             condition,
+            objective_attainment,
             scale_events,
             leader,
             metric_names: Arc::default(),
@@ -409,6 +418,7 @@ impl Metrics {
         self.min_replicas.remove(&labels);
         self.max_replicas.remove(&labels);
         self.syncs_without_signal.remove(&labels);
+        self.objective_attainment.remove(&labels);
         for result in SyncResult::ALL {
             self.syncs.remove(&SyncLabels {
                 namespace: namespace.to_owned(),

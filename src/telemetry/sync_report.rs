@@ -40,6 +40,9 @@ pub struct Decided<'a> {
     pub min: i32,
     pub max: i32,
     pub syncs_without_signal: u32,
+    /// Under an objective: the share of the last minute's requests that met it, at least (none
+    /// when none finished).
+    pub attainment: Option<f64>,
     /// The count written, when this sync wrote spec.replicas, and the count it had before.
     pub written: Option<(i32, i32)>,
 }
@@ -108,6 +111,14 @@ impl Metrics {
             ),
         ] {
             family.get_or_create(&labels).set(value);
+        }
+        match decided.attainment {
+            Some(share) => {
+                self.objective_attainment.get_or_create(&labels).set(share);
+            }
+            None => {
+                self.objective_attainment.remove(&labels);
+            }
         }
         // What was written, not what was decided: a standby and a dry run decide every sync too.
         if let Some((written, before)) = decided.written {
