@@ -101,6 +101,36 @@ async fn every_panel_of_the_dashboard_has_data_from_a_running_operator() {
     let mut broken = spec("other");
     broken["metrics"][0]["query"] = json!("avg(kv{");
     env.scaler("broken", "other", broken).await;
+    // A scaler on a latency objective, its pods' histograms growing every second: the objective
+    // panel has an attainment, a capacity and a condition to show.
+    env.deployment("served", 1).await;
+    let pod = format!("test=\"{}\", pod=\"p0\"", env.ns);
+    exporter.set(&format!("vllm:num_requests_running{{{pod}}}"), 2.0);
+    exporter.set(&format!("vllm:num_requests_waiting{{{pod}}}"), 0.0);
+    let histograms = {
+        let exporter = exporter.clone();
+        let test = format!("test=\"{}\"", env.ns);
+        tokio::spawn(async move {
+            let mut finished = 0.0;
+            let mut every = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                every.tick().await;
+                finished += 10.0;
+                for (name, le) in [
+                    ("vllm:request_queue_time_seconds", "1.0"),
+                    ("vllm:request_queue_time_seconds", "+Inf"),
+                    ("vllm:request_time_per_output_token_seconds", "0.1"),
+                    ("vllm:request_time_per_output_token_seconds", "+Inf"),
+                ] {
+                    exporter.set(&format!("{name}_bucket{{{test}, le=\"{le}\"}}"), finished);
+                }
+            }
+        })
+    };
+    let mut objective = spec("served");
+    objective["metrics"] = Value::Null;
+    objective["objective"] = json!({ "selector": format!("test=\"{}\"", env.ns) });
+    env.scaler("served", "served", objective).await;
     env.wait_ready("vllm", 3).await;
 
     let http = reqwest::Client::new();
@@ -188,7 +218,7 @@ async fn every_panel_of_the_dashboard_has_data_from_a_running_operator() {
         .iter()
         .flat_map(|g| g["rules"].as_array().unwrap())
         .collect();
-    assert_eq!(rules.len(), 7, "{body}");
+    assert_eq!(rules.len(), 8, "{body}");
     for rule in &rules {
         assert_eq!(rule["health"], "ok", "{rule}");
     }
@@ -237,6 +267,7 @@ async fn every_panel_of_the_dashboard_has_data_from_a_running_operator() {
     )
     .await;
     assert_eq!(got, want);
+    histograms.abort();
     env.done().await;
 }
 
@@ -284,6 +315,7 @@ fn per_scaler_gauges_are_shown_once_whatever_the_operator_replicas() {
         "condition",
         "syncs_without_signal",
         "paused",
+        "objective_attainment_ratio",
     ];
     let dashboard = dashboard();
     let mut seen = 0;

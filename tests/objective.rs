@@ -1,0 +1,196 @@
+//! Scaling to a latency objective on the real control plane: pods that become Ready seconds after
+//! they are created (kwok's delayed stage), a real Prometheus scraping what a vLLM fleet would
+//! export at the size it has, and the controller starting from a wrong prior.
+//!
+//! The fleet is a model kept by this test: a steady demand of requests in flight spread over the
+//! Ready pods, each pod keeping the objective up to a capacity the operator is not told. Every
+//! second the test exports what vLLM would: `vllm:num_requests_running` per pod, and the
+//! queue-time and per-request TPOT histograms of the requests that finished, late (queued 2 s)
+//! while a pod carries more than its capacity, in time otherwise.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::Operator;
+use common::env::Env;
+use common::prometheus::Exporter;
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::Api;
+use serde_json::json;
+
+/// Seconds between a pod's creation and its Ready condition.
+const READY_AFTER: u64 = 5;
+/// Requests in flight over the whole fleet.
+const DEMAND: f64 = 24.0;
+/// Requests one pod carries while the objective holds: 6 pods are needed.
+const CAPACITY: f64 = 4.0;
+/// Requests finishing per second over the fleet.
+const FINISHING: f64 = 10.0;
+/// While pods are overloaded, this share of requests queues too long.
+const LATE_WHEN_OVERLOADED: f64 = 0.3;
+/// vLLM's queue-time bounds (seconds) around the default budget of 1 s, and +Inf.
+const QUEUE_BOUNDS: [&str; 5] = ["0.3", "1.0", "2.5", "5.0", "+Inf"];
+const TPOT_BOUNDS: [&str; 3] = ["0.05", "0.1", "+Inf"];
+
+/// The exporter's view of the fleet: what it exports for `ready` pods, with `late` and `on_time`
+/// requests finished so far.
+struct Fleet {
+    exporter: Exporter,
+    ns: String,
+    late: f64,
+    on_time: f64,
+    exported_pods: usize,
+}
+
+impl Fleet {
+    fn series(&self, name: &str, labels: &str) -> String {
+        format!("{name}{{test=\"{}\"{labels}}}", self.ns)
+    }
+
+    /// One second of the fleet at `ready` pods.
+    fn tick(&mut self, ready: usize) {
+        let per_pod = if ready == 0 {
+            0.0
+        } else {
+            DEMAND / ready as f64
+        };
+        if ready > 0 {
+            let late = if per_pod > CAPACITY {
+                LATE_WHEN_OVERLOADED
+            } else {
+                0.0
+            };
+            self.late += FINISHING * late;
+            self.on_time += FINISHING * (1.0 - late);
+        }
+        for pod in 0..ready.max(self.exported_pods) {
+            let labels = format!(", pod=\"p{pod}\"");
+            let (running, waiting) = (
+                self.series("vllm:num_requests_running", &labels),
+                self.series("vllm:num_requests_waiting", &labels),
+            );
+            if pod < ready {
+                self.exporter.set(&running, per_pod);
+                self.exporter.set(&waiting, 0.0);
+            } else {
+                self.exporter.remove(&running);
+                self.exporter.remove(&waiting);
+            }
+        }
+        self.exported_pods = ready;
+        let total = self.late + self.on_time;
+        for le in QUEUE_BOUNDS {
+            // The late ones queued 2 s: above 1.0, within 2.5.
+            let count = if matches!(le, "0.3" | "1.0") {
+                self.on_time
+            } else {
+                total
+            };
+            let series = self.series(
+                "vllm:request_queue_time_seconds_bucket",
+                &format!(", le=\"{le}\""),
+            );
+            self.exporter.set(&series, count.round());
+        }
+        for le in TPOT_BOUNDS {
+            let series = self.series(
+                "vllm:request_time_per_output_token_seconds_bucket",
+                &format!(", le=\"{le}\""),
+            );
+            self.exporter.set(&series, total.round());
+        }
+    }
+}
+
+#[tokio::test]
+async fn from_a_wrong_prior_the_fleet_converges_to_what_the_objective_needs_without_a_cascade() {
+    let env = Env::new("objective").await;
+    env.create_slow_deployment("llama", 2, Duration::from_secs(READY_AFTER))
+        .await;
+    env.wait_ready("llama", 2).await;
+    let deployments: Api<Deployment> = env.deployments();
+    let mut fleet = Fleet {
+        exporter: env.exporter().clone(),
+        ns: env.ns.clone(),
+        late: 0.0,
+        on_time: 0.0,
+        exported_pods: 0,
+    };
+    let model = tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            every.tick().await;
+            let ready = deployments
+                .get("llama")
+                .await
+                .ok()
+                .and_then(|d| d.status?.ready_replicas)
+                .unwrap_or(0);
+            fleet.tick(usize::try_from(ready).unwrap_or(0));
+        }
+    });
+    // A minute of history at 2 pods, as a fleet running before its scaler was created.
+    let load = format!("avg(vllm:num_requests_running{{test=\"{}\"}})", env.ns);
+    env.prometheus().wait_for_value(&load, DEMAND / 2.0).await;
+
+    let _operator = Operator::start(&env.client, &env.ns);
+    // 16 per pod: four times what a pod carries. At 12 per pod on 2 pods it would stay put.
+    env.scaler(
+        "llama",
+        "llama",
+        json!({
+            "minReplicas": 1, "maxReplicas": 12,
+            "syncPeriodSeconds": 5,
+            "objective": {
+                "selector": format!("test=\"{}\"", env.ns),
+                "initialRequestsPerPod": "16",
+            },
+        }),
+    )
+    .await;
+
+    // The misses bring the estimate down, and the fleet up to the 6 pods that hold the
+    // objective (7 while the estimate sits just under a pod's capacity), never past that.
+    let highest = std::cell::Cell::new(0);
+    let converged = common::eventually(
+        "the fleet at the size the objective needs",
+        Duration::from_secs(300),
+        || async {
+            let spec = env.spec_replicas("llama").await;
+            highest.set(highest.get().max(spec));
+            let status = env.scalers().get("llama").await.ok()?.status?;
+            let objective = status.objective?;
+            let (met, reason, _) = env.condition("llama", "ObjectiveMet").await?;
+            let ready = status.current_replicas;
+            ((6..=7).contains(&spec) && ready == spec && met == "True" && reason == "Met")
+                .then_some((spec, objective))
+        },
+    )
+    .await;
+    let highest = highest.get();
+    let (size, objective) = converged;
+    let per_pod: f64 = objective.requests_per_pod.parse().unwrap();
+    assert!(
+        (3.0..=CAPACITY).contains(&per_pod),
+        "learned {per_pod} requests per pod; a pod carries {CAPACITY}: {objective:?}"
+    );
+    assert!(
+        objective.missed_at.is_some(),
+        "the misses were seen: {objective:?}"
+    );
+    assert!(highest <= 7, "no cascade: the fleet went up to {highest}");
+
+    // Settled: a steady load and a met objective leave it where it is.
+    env.stays("llama", size, Duration::from_secs(20)).await;
+    let ups = env.events("llama", "ScaledUp").await;
+    assert!(
+        ups.len() <= 4,
+        "a few steps up as the estimate came down, not a cascade: {ups:?}"
+    );
+    assert!(env.events("llama", "ScaledDown").await.is_empty());
+    model.abort();
+    env.done().await;
+}
