@@ -152,12 +152,13 @@ async fn from_a_wrong_prior_the_fleet_converges_to_what_the_objective_needs_with
     )
     .await;
 
-    // The misses bring the estimate down, and the fleet up to the 6 pods that hold the
-    // objective (7 while the estimate sits just under a pod's capacity), never past that.
+    // The misses bring the estimate down and the fleet up; a cut can undershoot the capacity
+    // by the severe cut (0.7 × the load at a miss), so the fleet may pass the 6 pods it needs
+    // on the way, by no more than that (9). Probes then bring it back to 6, where it stays.
     let highest = std::cell::Cell::new(0);
     let converged = common::eventually(
         "the fleet at the size the objective needs",
-        Duration::from_secs(300),
+        Duration::from_secs(420),
         || async {
             let spec = env.spec_replicas("llama").await;
             highest.set(highest.get().max(spec));
@@ -165,7 +166,7 @@ async fn from_a_wrong_prior_the_fleet_converges_to_what_the_objective_needs_with
             let objective = status.objective?;
             let (met, reason, _) = env.condition("llama", "ObjectiveMet").await?;
             let ready = status.current_replicas;
-            ((6..=7).contains(&spec) && ready == spec && met == "True" && reason == "Met")
+            (spec == 6 && ready == spec && met == "True" && reason == "Met")
                 .then_some((spec, objective))
         },
     )
@@ -173,24 +174,28 @@ async fn from_a_wrong_prior_the_fleet_converges_to_what_the_objective_needs_with
     let highest = highest.get();
     let (size, objective) = converged;
     let per_pod: f64 = objective.requests_per_pod.parse().unwrap();
+    let missed_at: f64 = objective
+        .missed_at
+        .as_deref()
+        .expect("the misses were seen")
+        .parse()
+        .unwrap();
+    // Misses were seen only above what a pod carries, and probes stay under 0.9 × that load:
+    // at 6 pods each carries 4, which the estimate may exceed without asking for fewer pods.
+    assert!(missed_at > CAPACITY, "{objective:?}");
     assert!(
-        (3.0..=CAPACITY).contains(&per_pod),
+        (3.0..=0.9 * missed_at + 1e-9).contains(&per_pod),
         "learned {per_pod} requests per pod; a pod carries {CAPACITY}: {objective:?}"
     );
-    assert!(
-        objective.missed_at.is_some(),
-        "the misses were seen: {objective:?}"
-    );
-    assert!(highest <= 7, "no cascade: the fleet went up to {highest}");
+    assert!(highest <= 9, "no cascade: the fleet went up to {highest}");
 
     // Settled: a steady load and a met objective leave it where it is.
     env.stays("llama", size, Duration::from_secs(20)).await;
     let ups = env.events("llama", "ScaledUp").await;
     assert!(
-        ups.len() <= 4,
+        ups.len() <= 5,
         "a few steps up as the estimate came down, not a cascade: {ups:?}"
     );
-    assert!(env.events("llama", "ScaledDown").await.is_empty());
     model.abort();
     env.done().await;
 }

@@ -305,6 +305,10 @@ pub fn lesson(lesson: &Lesson) -> String {
                 "capacity kept: objective missed at {} requests running per pod, and capacity is already below it",
                 n(load)
             ),
+            Kept::MissedUnsettled { load } => format!(
+                "capacity kept: objective missed at {} requests running per pod on average while pods were starting, at a load the window cannot tell",
+                n(load)
+            ),
             Kept::Unsettled { load } => format!(
                 "capacity kept: objective met at {} requests running per pod while pods were starting",
                 n(load)
@@ -342,7 +346,8 @@ pub(super) fn objective_met(
     let attained = format!("{:.2}", 100.0 * (1.0 - late.at_most));
     let missed = matches!(
         learnt.lesson,
-        Lesson::Lowered { .. } | Lesson::Kept(Kept::AlreadyBelow { .. })
+        Lesson::Lowered { .. }
+            | Lesson::Kept(Kept::AlreadyBelow { .. } | Kept::MissedUnsettled { .. })
     );
     if !missed {
         return (

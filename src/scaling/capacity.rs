@@ -127,6 +127,8 @@ impl Capacity {
     }
 }
 
+const SEVERE_CUT: f64 = 0.7;
+
 /// How the estimate moves.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CapacityRules {
@@ -141,6 +143,11 @@ pub struct CapacityRules {
     /// A miss sets the estimate to this share of the load it was measured at; probes stop at
     /// this share of the lowest load a miss was seen at.
     pub cut: f64,
+    /// A miss with at least `severe` times the allowed share certainly late is far past the
+    /// capacity (queueing makes the late share climb steeply past it): the estimate drops to
+    /// `severe_cut` × the load instead.
+    pub severe: f64,
+    pub severe_cut: f64,
     /// A pass at a load of at least `near` × the estimate probes the estimate up by `probe`.
     pub near: f64,
     pub probe: f64,
@@ -162,6 +169,8 @@ impl CapacityRules {
             min_requests: 20.0,
             confidence: 2.0,
             cut: 0.9,
+            severe: 10.0,
+            severe_cut: SEVERE_CUT,
             near: 0.8,
             probe: 1.03,
             max_rise: 1.05,
@@ -183,6 +192,10 @@ pub struct Evidence {
     pub settled: bool,
     /// The share of the window's requests that missed the objective.
     pub late: Share,
+    /// The load one pod carries now, in the same unit or above it (requests in flight, the
+    /// waiting ones included), when known: a window that missed while pods started is
+    /// attributed to its mean load only while the load is still that high.
+    pub current: Option<f64>,
 }
 
 /// What one window taught: a type until it is rendered for a person (status and events, once
@@ -221,6 +234,8 @@ pub enum Kept {
     AlreadyBelow { load: f64 },
     /// The objective held while pods were starting: no evidence to raise on.
     Unsettled { load: f64 },
+    /// The objective was missed while pods were starting: no load to attribute the misses to.
+    MissedUnsettled { load: f64 },
 }
 
 /// The estimate after one window of evidence (`None`: no usable histogram in the window).
@@ -238,6 +253,7 @@ pub fn learn(
         load,
         late,
         settled,
+        current,
     }) = evidence.filter(|e| e.load.is_finite() && e.load >= 0.0)
     else {
         return (capacity, Lesson::Kept(Kept::NothingMeasured));
@@ -252,9 +268,24 @@ pub fn learn(
     let n = late.observations;
     let allowed = rules.allowed_miss * n;
     let margin = rules.confidence * (allowed * (1.0 - rules.allowed_miss)).sqrt();
+    let still_as_high = current.is_some_and(|c| c >= load);
+    if late.at_least * n > allowed + margin && !settled && !still_as_high {
+        // Pods became Ready inside the window and each carries less now than the window's mean:
+        // its misses happened at a higher load than the mean says, before the fleet grew, so
+        // they move nothing. Attributed to the mean, they cut the estimate below what the pods
+        // carry and the fleet grows past what it needs (measured on the control plane: 8 pods
+        // for 6). Ignoring every miss while pods start instead costs the real code log 4 points
+        // (94.4% to 90.3%): there the load is still rising when they happen.
+        return (capacity, Lesson::Kept(Kept::MissedUnsettled { load }));
+    }
     if late.at_least * n > allowed + margin {
         let missed_at = Some(capacity.missed_at.map_or(load, |m| m.min(load)));
-        let to = bounded(from.min(rules.cut * load));
+        let cut = if late.at_least >= rules.severe * rules.allowed_miss {
+            rules.severe_cut
+        } else {
+            rules.cut
+        };
+        let to = bounded(from.min(cut * load));
         let lesson = if to < from {
             Lesson::Lowered { from, to, load }
         } else {
@@ -334,6 +365,7 @@ mod tests {
                 observations: requests,
             },
             settled: true,
+            current: None,
         })
     }
 
@@ -444,6 +476,7 @@ mod tests {
                 observations: 100.0,
             },
             settled: true,
+            current: None,
         });
         assert!(matches!(
             learn(c, unclear, &r),
@@ -503,7 +536,7 @@ mod tests {
     }
 
     #[test]
-    fn a_pass_while_pods_start_raises_nothing_but_a_miss_still_cuts() {
+    fn a_window_while_pods_start_moves_nothing_pass_or_miss() {
         let r = rules();
         let starting = |late| {
             window(20.0, 100.0, late).map(|e| Evidence {
@@ -517,9 +550,25 @@ mod tests {
             (c, Lesson::Kept(Kept::Unsettled { load: 20.0 }))
         );
         let c = Capacity::prior(40.0);
-        assert!(matches!(
+        assert_eq!(
             learn(c, starting(0.5), &r),
-            (after, Lesson::Lowered { .. }) if after.per_pod == 20.0
+            (c, Lesson::Kept(Kept::MissedUnsettled { load: 20.0 }))
+        );
+        // Still carrying that load now, the misses are the load's: they cut.
+        let still = window(20.0, 100.0, 0.5).map(|e| Evidence {
+            settled: false,
+            current: Some(21.0),
+            ..e
+        });
+        assert!(matches!(
+            learn(Capacity::prior(24.0), still, &r),
+            (_, Lesson::Lowered { .. })
+        ));
+        // Settled, the same miss cuts (severely: half the requests are late).
+        let settled = window(20.0, 100.0, 0.5);
+        assert!(matches!(
+            learn(Capacity::prior(24.0), settled, &r),
+            (after, Lesson::Lowered { .. }) if (after.per_pod - 20.0 * r.severe_cut).abs() < 1e-9
         ));
     }
 
@@ -537,7 +586,7 @@ mod tests {
             let r = rules();
             let before = Capacity { per_pod, missed_at: missed };
             let late = Share { at_least, at_most: (at_least + spread).min(1.0), observations: requests };
-            let (after, lesson) = learn(before, Some(Evidence { load, late, settled }), &r);
+            let (after, lesson) = learn(before, Some(Evidence { load, late, settled, current: None }), &r);
             prop_assert!(after.per_pod >= r.floor && after.per_pod <= r.ceiling);
             prop_assert!(after.per_pod <= per_pod * r.max_rise + 1e-9);
             prop_assert!(after.per_pod >= per_pod * r.max_fall - 1e-9);
@@ -545,7 +594,7 @@ mod tests {
             let allowed = r.allowed_miss * requests;
             let beyond_chance = late.at_least * requests
                 > allowed + r.confidence * (allowed * (1.0 - r.allowed_miss)).sqrt();
-            if judged && beyond_chance {
+            if judged && beyond_chance && settled {
                 prop_assert!(after.per_pod <= per_pod, "a miss never raises: {lesson:?}");
                 prop_assert!(after.missed_at.is_some_and(|m| m <= load));
             } else if judged && !beyond_chance && late.at_most <= r.allowed_miss && settled {

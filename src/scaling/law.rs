@@ -13,7 +13,9 @@
 use super::capacity::Capacity;
 use super::decision::decide;
 use super::fallback::{FallbackRules, SignalHealth, health, with_fallback};
-use super::objective::{Learnt, ObjectiveReading, ObjectiveRules, apply, learn_objective};
+use super::objective::{
+    Learnt, ObjectiveReading, ObjectiveRules, apply, learn_objective, value as objective_value,
+};
 use super::pause::paused;
 use super::recommend::SkipReason;
 use super::types::{Decision, Input, Pause};
@@ -69,7 +71,14 @@ pub fn law(
         .as_ref()
         .zip(objective)
         .map(|(rules, reading)| {
-            learn_objective(stored.capacity, reading, &input.target, input.now, rules)
+            learn_objective(
+                stored.capacity,
+                reading,
+                objective_value(&input.signal),
+                &input.target,
+                input.now,
+                rules,
+            )
         });
     let learnt_input = learnt.as_ref().map(|l| apply(input, l));
     let input = learnt_input.as_ref().unwrap_or(input);

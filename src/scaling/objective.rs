@@ -109,10 +109,12 @@ pub fn settled(target: &TargetState, newest_ready: Option<Timestamp>, now: Times
         && ready_long_enough
 }
 
-/// One lesson from `reading`, starting from the stored estimate (the prior without one).
+/// One lesson from `reading`, starting from the stored estimate (the prior without one);
+/// `current` is the objective reading's value at this sync (requests in flight per pod).
 pub fn learn_objective(
     stored: Option<Capacity>,
     reading: &ObjectiveReading,
+    current: Option<f64>,
     target: &TargetState,
     now: Timestamp,
     rules: &ObjectiveRules,
@@ -140,6 +142,7 @@ pub fn learn_objective(
         load: latency.load,
         late,
         settled: settled(target, reading.newest_ready, now),
+        current,
     });
     let (capacity, lesson) = learn(capacity, evidence, &rules.capacity);
     Learnt {
@@ -147,6 +150,17 @@ pub fn learn_objective(
         lesson,
         late,
         unread,
+    }
+}
+
+/// The objective reading's value at this sync, if it was read.
+pub fn value(signal: &Signal) -> Option<f64> {
+    match signal {
+        Signal::Ratio(readings) => readings
+            .iter()
+            .find(|r| r.name == OBJECTIVE_METRIC)
+            .and_then(|r| r.value.as_ref().ok().copied()),
+        Signal::Absolute(_) => None,
     }
 }
 
@@ -229,6 +243,7 @@ mod tests {
         let missed = learn_objective(
             None,
             &reading(400.0, 40.0, 3.0),
+            None,
             &target(2, 2),
             t(120),
             &rules(),
@@ -240,6 +255,7 @@ mod tests {
         let passed = learn_objective(
             None,
             &reading(400.0, 0.0, 4.0),
+            None,
             &target(2, 2),
             t(120),
             &rules(),
@@ -250,10 +266,10 @@ mod tests {
     #[test]
     fn a_pass_while_a_pod_became_ready_inside_the_window_raises_nothing() {
         let r = reading(400.0, 0.0, 4.0);
-        let fresh = learn_objective(None, &r, &target(2, 2), t(30), &rules());
+        let fresh = learn_objective(None, &r, None, &target(2, 2), t(30), &rules());
         assert_eq!(fresh.capacity.per_pod, 4.0);
         assert_eq!(fresh.lesson, Lesson::Kept(Kept::Unsettled { load: 4.0 }));
-        let starting = learn_objective(None, &r, &target(3, 2), t(600), &rules());
+        let starting = learn_objective(None, &r, None, &target(3, 2), t(600), &rules());
         assert_eq!(starting.capacity.per_pod, 4.0);
     }
 
@@ -267,7 +283,7 @@ mod tests {
             latency: Err(unreadable("no series")),
             newest_ready: None,
         };
-        let learnt = learn_objective(stored, &gone, &target(2, 2), t(600), &rules());
+        let learnt = learn_objective(stored, &gone, None, &target(2, 2), t(600), &rules());
         assert_eq!(Some(learnt.capacity), stored);
         assert_eq!(learnt.unread, Some(unreadable("no series")));
 
@@ -275,7 +291,7 @@ mod tests {
         if let Ok(latency) = &mut broken.latency {
             latency.tpot.pop();
         }
-        let learnt = learn_objective(stored, &broken, &target(2, 2), t(600), &rules());
+        let learnt = learn_objective(stored, &broken, None, &target(2, 2), t(600), &rules());
         assert_eq!(Some(learnt.capacity), stored);
         assert!(learnt.unread.is_some());
     }
@@ -285,6 +301,7 @@ mod tests {
         let learnt = learn_objective(
             None,
             &reading(0.0, 0.0, 0.0),
+            None,
             &target(2, 2),
             t(600),
             &rules(),
