@@ -90,6 +90,7 @@ fn every_metric_the_rules_read_is_served_by_the_operator() {
         std::time::Duration::from_millis(3),
         false,
     );
+    metrics.set_condition("prod", "llama", "ObjectiveMet", false);
     let exposition = metrics.encode().unwrap();
     let served: BTreeSet<String> = exposition
         .lines()
