@@ -403,6 +403,13 @@ async fn samples_and_readme_queries_read_a_real_vllm_scrape_and_scale() {
     // The queries an objective composes from its selector: on each fleet, one in-flight value,
     // one load value and one cumulative queue-time histogram; vLLM 0.33.0's per-request TPOT
     // histogram on the data-parallel pod, and none on the simulators.
+    // A simulator observes a queue time only for a request that waited: three at once on a
+    // pod that runs two.
+    tokio::join!(
+        complete(&http, a, 10),
+        complete(&http, a, 10),
+        complete(&http, a, 10)
+    );
     for app in [FLEET, DP_FLEET] {
         let objective: llmscaleoperator::api::Objective =
             serde_json::from_value(json!({ "selector": format!("{ns_matcher}, app=\"{app}\"") }))
@@ -412,7 +419,11 @@ async fn samples_and_readme_queries_read_a_real_vllm_scrape_and_scale() {
             let series = evaluate(&prometheus, query).await;
             assert_eq!(series.len(), 1, "{query}: {series:?}");
         }
-        let queue = buckets(q.queue.clone()).await.unwrap();
+        // An increase needs two scrapes of the series in its window.
+        let queue = common::eventually("a queue-time histogram over a minute", WAIT, || async {
+            buckets(q.queue.clone()).await.ok()
+        })
+        .await;
         assert_eq!(
             queue.last().map(|(le, _)| *le),
             Some(f64::INFINITY),
