@@ -6,8 +6,10 @@
 //! a histogram. [`learn`] turns it into a new estimate by rules chosen so that the estimate cannot
 //! chase its own scaling:
 //! - a **miss** (more late requests than the objective allows, beyond chance) says the capacity
-//!   is below the load it was measured at: the estimate drops to `cut` × that load (never
-//!   rises), and that load is remembered as a ceiling for later probes;
+//!   is below the load it was measured at: the estimate drops to `cut` × that load (`severe_cut`
+//!   × when the late share is far past the allowance; never rises), and that load is remembered
+//!   as a ceiling for later probes. While pods start, a miss says this only if each pod still
+//!   carries the window's mean load: otherwise it happened before the fleet grew;
 //! - a **pass** in a settled fleet (every pod asked for Ready through the window) says the
 //!   capacity is at least the load: the estimate rises toward it, and a pass near the estimate
 //!   probes a little above it (never past `cut` × the lowest load a miss was seen at), so a
