@@ -3,7 +3,7 @@ SHELL := /usr/bin/env bash
 CLUSTER_PROFILE ?= minimal
 CRD_FILE := config/crd/bases/autoscaling.modelsphere.dev_llmscalers.yaml
 
-.PHONY: help build test bench lab lab-quick demo crd manifests deploy undeploy deps cluster-up cluster-down fmt lint clean
+.PHONY: help build test bench lab lab-quick what-if demo crd manifests deploy undeploy deps cluster-up cluster-down fmt lint clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -27,6 +27,9 @@ lab: ## The scaling-quality lab: the operator against every peer on simulated vL
 
 lab-quick: ## The lab on one trace, one start-up delay and 5 seeds (about a minute; ARGS="--profile l40s" for the larger card)
 	cargo bench --locked --bench policies -- --quick $(ARGS)
+
+what-if: ## Your own request log (LOG=file, the lab's format): the spec the operator would run for a 2 s TTFT / 100 ms TPOT objective, and what it, the HPA and KEDA would have cost and attained (ARGS="--delays 90,300")
+	cargo bench --locked --bench policies -- --what-if --log $(LOG) --delays 180 $(ARGS)
 
 demo: ## A simulated vLLM fleet scaled live by the operator; a plot of the run at the end (Ctrl-C ends early)
 	scripts/demo.sh

@@ -12,7 +12,9 @@
 //! `--traces azure-code,conversation,step` (by name, from the default roster),
 //! `--log FILE` (a request log of one's own, repeatable; see `sim/src/lab/request_log.rs`),
 //! `--delays 60,180,300`, `--threads N`,
-//! `--only operator,HPA` (those families of the roster only), `--print-timelines`.
+//! `--only operator,HPA` (those families of the roster only), `--print-timelines`,
+//! `--what-if` (with `--log`: lead with the operator on the objective beside the HPA and KEDA at
+//! their defaults and cheapest at 99%, and the spec it runs; `make what-if LOG=FILE`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -72,6 +74,14 @@ fn parse_args() -> Lab {
                 lab.families = Some(it.next().unwrap().split(',').map(str::to_owned).collect());
             }
             "--print-timelines" => lab.print_timelines = true,
+            "--what-if" => {
+                lab.what_if = true;
+                lab.families = Some(
+                    ["operator", "HPA", "KEDA", "oracle"]
+                        .map(str::to_owned)
+                        .to_vec(),
+                );
+            }
             "--profile" => {
                 let name = it.next().unwrap();
                 lab.profile = PodProfile::parse(&name).unwrap_or_else(|| {
@@ -88,6 +98,7 @@ fn parse_args() -> Lab {
     // A log of one's own is the trace (with the named ones beside it, if any); `--traces`
     // alone picks from the default roster by name.
     let roster = std::mem::take(&mut lab.traces);
+    let logs_given: Vec<String> = logs.iter().map(|t| t.name().to_owned()).collect();
     let mut traces = logs;
     if let Some(named) = named {
         for name in named.split(',') {
@@ -100,6 +111,10 @@ fn parse_args() -> Lab {
             traces.push(trace);
         }
     }
+    assert!(
+        !lab.what_if || !logs_given.is_empty(),
+        "--what-if needs a request log: --log FILE (see sim/src/lab/request_log.rs)"
+    );
     lab.traces = if traces.is_empty() { roster } else { traces };
     lab
 }

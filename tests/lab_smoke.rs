@@ -213,3 +213,65 @@ fn the_objective_entrant_learns_its_target_from_the_pods_histograms() {
     assert!(learned.per_pod < 16.0, "{learned:?}");
     assert!(learned.missed_at.is_some(), "a miss was seen: {learned:?}");
 }
+
+/// `make what-if` on a log of one's own: the spec the operator runs (the objective, no target to
+/// guess) and a row for it, the HPA and KEDA at their defaults and cheapest at 99%, and the
+/// oracle, for each start-up delay.
+#[test]
+fn what_if_prints_the_spec_and_the_peers_on_ones_own_log() {
+    // Twenty minutes of a chat-like log: a request every 0.25 s, prompts and answers that vary.
+    let dir = std::env::temp_dir().join(format!("llmsc-what-if-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("mine.csv");
+    let mut csv = String::from("TIMESTAMP,ContextTokens,GeneratedTokens\n");
+    for i in 0..4800u32 {
+        let at = f64::from(i) * 0.25;
+        csv.push_str(&format!(
+            "{at},{},{}\n",
+            200 + (i * 37) % 1800,
+            40 + (i * 13) % 400
+        ));
+    }
+    std::fs::write(&path, csv).unwrap();
+    let lab = Lab {
+        seeds: 2,
+        traces: vec![Trace::log(&path, Some("mine")).unwrap()],
+        delays: vec![180.0],
+        families: Some(
+            ["operator", "HPA", "KEDA", "oracle"]
+                .map(str::to_owned)
+                .to_vec(),
+        ),
+        what_if: true,
+        out: dir.join("out"),
+        ..Lab::full()
+    };
+    let md = run_lab(&lab);
+    let what_if = &md[md.find("## What if").expect("a what-if section")..];
+    let spec = &what_if[what_if.find("```yaml").unwrap()..];
+    let spec = &spec[..spec.find("```\n").unwrap()];
+    for field in [
+        "kind: LLMScaler",
+        "objective:",
+        "selector:",
+        "maxReplicas: 64",
+    ] {
+        assert!(spec.contains(field), "{field} in {spec}");
+    }
+    assert!(
+        !spec.contains("target:"),
+        "no per-replica target to guess: {spec}"
+    );
+    let cell = &what_if[what_if.find("### mine, 180 s start-up").unwrap()..];
+    for row in [
+        "| llmscaleoperator (objective) |",
+        "| HPA (defaults) |",
+        "| HPA (cheapest at 99%) |",
+        "| KEDA (defaults) |",
+        "| KEDA (cheapest at 99%) |",
+        "| oracle (knows the future) |",
+    ] {
+        assert!(cell.contains(row), "{row} in {cell}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 mod operator;
+mod what_if;
 
 use llmscaleoperator_sim::lab::chart::{self, ParetoPoint, Timeline};
 use llmscaleoperator_sim::lab::engine::PodProfile;
@@ -352,6 +353,9 @@ pub struct Lab {
     pub print_timelines: bool,
     /// The pod every fleet is made of.
     pub profile: PodProfile,
+    /// Lead the report with what the operator, scaling to the objective, and the HPA and KEDA
+    /// would have done (`make what-if`).
+    pub what_if: bool,
     pub out: PathBuf,
 }
 
@@ -385,6 +389,7 @@ impl Lab {
             families: None,
             print_timelines: false,
             profile: PodProfile::default(),
+            what_if: false,
             out: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench/lab"),
         }
     }
@@ -554,6 +559,9 @@ pub fn run_lab(lab: &Lab) -> String {
         .iter()
         .map(|(key, b)| (key.clone(), b.values().sum::<f64>() / b.len().max(1) as f64))
         .collect();
+    if lab.what_if {
+        md.push_str(&what_if::render(&grouped, Bounds { min: 1, max: 64 }));
+    }
     md.push_str(&render_summary(&grouped));
     md.push_str(&render_verdicts(&grouped, &mean_bounds));
     for (key, runs) in &grouped {
