@@ -56,7 +56,11 @@ mod tests {
                 "Metric",
                 "Active",
                 "Limited",
-                "LastScale"
+                "LastScale",
+                "TTFT",
+                "Objective",
+                "Attained",
+                "PerPod"
             ]
         );
         assert_eq!(crd.spec.names.short_names, Some(vec!["llms".to_owned()]));
