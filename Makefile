@@ -28,7 +28,7 @@ lab: ## The scaling-quality lab: the operator against every peer on simulated vL
 lab-quick: ## The lab on one trace, one start-up delay and 5 seeds (about a minute; ARGS="--profile l40s" for the larger card)
 	cargo bench --locked --bench policies -- --quick $(ARGS)
 
-what-if: ## Your own request log (LOG=file, the lab's format): the spec the operator would run for a 2 s TTFT / 100 ms TPOT objective, and what it, the HPA and KEDA would have cost and attained (ARGS="--delays 90,300")
+what-if: ## Your own request log (LOG=file, the lab's format): the spec the operator would run for your objective (2 s TTFT / 100 ms TPOT / 99% unless ARGS="--ttft 3 --tpot 0.15 --percentile 95"), and what it, the HPA and KEDA would have cost and attained (ARGS="--delays 90,300")
 	cargo bench --locked --bench policies -- --what-if --log $(LOG) --delays 180 $(ARGS)
 
 demo: ## A simulated vLLM fleet scaled live by the operator; a plot of the run at the end (Ctrl-C ends early)

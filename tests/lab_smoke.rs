@@ -8,7 +8,7 @@
 #[path = "../benches/lab/mod.rs"]
 mod lab;
 
-use lab::{Lab, Operator, run_lab};
+use lab::{Lab, Objective, Operator, run_lab};
 use llmscaleoperator_sim::lab::metrics::Scrapes;
 use llmscaleoperator_sim::lab::policy::{Bounds, PodState, Policy, View};
 use llmscaleoperator_sim::lab::traces::{AZURE_DIR, Trace};
@@ -200,7 +200,7 @@ fn the_objective_entrant_learns_its_target_from_the_pods_histograms() {
     use llmscaleoperator_sim::lab::workload::generate_at_rate;
 
     let bounds = Bounds { min: 1, max: 40 };
-    let mut operator = Operator::objective(bounds, 16.0);
+    let mut operator = Operator::objective(bounds, 16.0, Objective::default());
     assert_eq!(operator.learned().map(|c| c.per_pod), Some(16.0));
     let requests = generate_at_rate(Shape::Conversation, 1, 4.0, 1800.0);
     let setup = FleetSetup {
@@ -214,9 +214,10 @@ fn the_objective_entrant_learns_its_target_from_the_pods_histograms() {
     assert!(learned.missed_at.is_some(), "a miss was seen: {learned:?}");
 }
 
-/// `make what-if` on a log of one's own: the spec the operator runs (the objective, no target to
-/// guess) and a row for it, the HPA and KEDA at their defaults and cheapest at 99%, and the
-/// oracle, for each start-up delay.
+/// `make what-if` on a log of one's own and an objective of one's own: the spec the operator runs
+/// (that objective, no target to guess) and a row for it, the HPA and KEDA at their defaults and
+/// cheapest at the objective's percentile, and the oracle, for each start-up delay; goodput is
+/// judged by that objective.
 #[test]
 fn what_if_prints_the_spec_and_the_peers_on_ones_own_log() {
     // Twenty minutes of a chat-like log: a request every 0.25 s, prompts and answers that vary.
@@ -243,11 +244,25 @@ fn what_if_prints_the_spec_and_the_peers_on_ones_own_log() {
                 .to_vec(),
         ),
         what_if: true,
+        objective: Objective {
+            ttft: 3.0,
+            tpot: 0.15,
+            percentile: 95.0,
+        },
         out: dir.join("out"),
         ..Lab::full()
     };
     let md = run_lab(&lab);
+    assert!(
+        md.contains("SLO (goodput): TTFT ≤ 3 s and TPOT ≤ 0.15 s"),
+        "goodput is judged by the objective given: {}",
+        &md[..md.len().min(2000)]
+    );
     let what_if = &md[md.find("## What if").expect("a what-if section")..];
+    assert!(
+        what_if.contains("TTFT ≤ 3 s and TPOT ≤ 0.15 s for 95% of requests"),
+        "{what_if}"
+    );
     let spec = &what_if[what_if.find("```yaml").unwrap()..];
     let spec = &spec[..spec.find("```\n").unwrap()];
     for field in [
@@ -255,6 +270,9 @@ fn what_if_prints_the_spec_and_the_peers_on_ones_own_log() {
         "objective:",
         "selector:",
         "maxReplicas: 64",
+        "ttftSeconds: '3'",
+        "tpotSeconds: '0.15'",
+        "percentile: '95'",
     ] {
         assert!(spec.contains(field), "{field} in {spec}");
     }
@@ -266,9 +284,9 @@ fn what_if_prints_the_spec_and_the_peers_on_ones_own_log() {
     for row in [
         "| llmscaleoperator (objective) |",
         "| HPA (defaults) |",
-        "| HPA (cheapest at 99%) |",
+        "| HPA (cheapest at 95%) |",
         "| KEDA (defaults) |",
-        "| KEDA (cheapest at 99%) |",
+        "| KEDA (cheapest at 95%) |",
         "| oracle (knows the future) |",
     ] {
         assert!(cell.contains(row), "{row} in {cell}");

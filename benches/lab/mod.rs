@@ -15,6 +15,7 @@ use std::time::Instant;
 mod operator;
 mod what_if;
 
+use llmscaleoperator::api::objective::DEFAULT_PRIOR;
 use llmscaleoperator_sim::lab::chart::{self, ParetoPoint, Timeline};
 use llmscaleoperator_sim::lab::engine::PodProfile;
 use llmscaleoperator_sim::lab::oracle::{Oracle, cost_bound, per_pod_capacity};
@@ -30,7 +31,7 @@ use llmscaleoperator_sim::lab::run::{FleetSetup, Outcome, run};
 use llmscaleoperator_sim::lab::traces::Trace;
 use llmscaleoperator_sim::lab::workload::{Request, Shape};
 use llmscaleoperator_sim::lab::{results_csv, verdict};
-pub use operator::{Operator, TARGET};
+pub use operator::{Objective, Operator, TARGET};
 use serde_json::json;
 
 /// One policy of a cell's roster.
@@ -79,9 +80,19 @@ fn roster(
     duration: f64,
     capacity: f64,
     startup: f64,
+    objective: Objective,
 ) -> Vec<Entrant> {
     let mut all = vec![
-        entrant("operator", true, Operator::new(bounds)),
+        // The operator's defaults: a spec that states only the latency objective, at the spec's
+        // defaults (and the lab's objective, for `make what-if`).
+        entrant(
+            "operator",
+            true,
+            Operator::objective(bounds, DEFAULT_PRIOR, objective),
+        ),
+        // What a spec with a guessed per-replica target does: 16 requests in flight per pod, the
+        // operator's default before the objective.
+        entrant("operator", false, Operator::new(bounds)),
         entrant(
             "operator",
             false,
@@ -126,15 +137,12 @@ fn roster(
             Oracle::new(requests, duration, capacity, startup * 1.2, bounds),
         ),
     ];
-    // The operator scaling to the latency objective, its in-flight target learned (issue 30's
-    // work in progress; not the default yet).
-    for prior in [4.0, 16.0] {
-        all.push(entrant(
-            "operator",
-            false,
-            Operator::objective(bounds, prior),
-        ));
-    }
+    // The objective from a prior four times too high (a user's guess of 16 in flight).
+    all.push(entrant(
+        "operator",
+        false,
+        Operator::objective(bounds, 16.0, objective),
+    ));
     // The oracle sized with headroom: what knowing the future buys at a given cost, so a reader
     // can tell the misses any sizing could still remove from those only spare capacity absorbs
     // (bursts shorter than a start-up).
@@ -356,6 +364,8 @@ pub struct Lab {
     /// Lead the report with what the operator, scaling to the objective, and the HPA and KEDA
     /// would have done (`make what-if`).
     pub what_if: bool,
+    /// The objective goodput is judged by and the objective entrants state.
+    pub objective: Objective,
     pub out: PathBuf,
 }
 
@@ -383,13 +393,14 @@ impl Lab {
             seeds: 8,
             traces,
             notes,
-            delays: vec![60.0, 180.0, 300.0],
+            delays: vec![90.0, 180.0, 300.0],
             threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
             duration: None,
             families: None,
             print_timelines: false,
             profile: PodProfile::default(),
             what_if: false,
+            objective: Objective::default(),
             out: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench/lab"),
         }
     }
@@ -401,6 +412,8 @@ pub fn run_lab(lab: &Lab) -> String {
     let profile = lab.profile;
     let setup = FleetSetup {
         profile,
+        slo_ttft: lab.objective.ttft,
+        slo_tpot: lab.objective.tpot,
         ..FleetSetup::default()
     };
     let capacities: Vec<f64> = lab
@@ -560,7 +573,11 @@ pub fn run_lab(lab: &Lab) -> String {
         .map(|(key, b)| (key.clone(), b.values().sum::<f64>() / b.len().max(1) as f64))
         .collect();
     if lab.what_if {
-        md.push_str(&what_if::render(&grouped, Bounds { min: 1, max: 64 }));
+        md.push_str(&what_if::render(
+            &grouped,
+            Bounds { min: 1, max: 64 },
+            lab.objective,
+        ));
     }
     md.push_str(&render_summary(&grouped));
     md.push_str(&render_verdicts(&grouped, &mean_bounds));
@@ -683,7 +700,7 @@ fn run_unit(
         .unwrap_or(shape.duration())
         .min(shape.duration());
     let timeline_delay = timeline_delay(lab);
-    let mut entrants = roster(bounds, &requests, duration, capacity, delay);
+    let mut entrants = roster(bounds, &requests, duration, capacity, delay, lab.objective);
     if let Some(families) = &lab.families {
         entrants.retain(|e| families.iter().any(|f| f == e.family));
     }
@@ -859,9 +876,11 @@ fn render_cell(md: &mut String, dir: &Path, shape: &Trace, delay: u64, runs: &[R
 
 /// The headline: per start-up delay, each policy at its defaults (and the operator with a
 /// 300 s window) on every trace: SLO attained and replica-hours relative to the oracle.
-/// Operator settings shown in the summary beside the defaults: the law before start-up awareness
-/// and behavior, and the defaults without the look-ahead.
-const SUMMARY_VARIANTS: [&str; 2] = [
+/// Operator settings shown in the summary beside the defaults (the objective): the guessed target
+/// of 16 in flight, the law before start-up awareness and behavior, and that target without the
+/// look-ahead.
+const SUMMARY_VARIANTS: [&str; 3] = [
+    "llmscaleoperator (target 16)",
     "llmscaleoperator (before: plain ratio)",
     "llmscaleoperator (no look-ahead)",
 ];

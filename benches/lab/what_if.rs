@@ -9,16 +9,16 @@ use llmscaleoperator_sim::lab::policy::Bounds;
 use llmscaleoperator_sim::lab::report::{Runs, summarize};
 use llmscaleoperator_sim::lab::traces::Trace;
 
-use super::Operator;
+use llmscaleoperator::api::objective::DEFAULT_PRIOR;
 
-/// The share of requests the objective promises (the lab's goodput level).
-const PROMISED: f64 = 0.99;
-/// The lab entrant that is the spec printed: the objective at its defaults.
-const ENTRANT: &str = "llmscaleoperator (objective, prior 4)";
+use super::{Objective, Operator};
+
+/// The lab entrant that is the spec printed: the operator's defaults, the objective alone.
+const ENTRANT: &str = "llmscaleoperator";
 
 /// The spec a user would apply for this fleet (the bounds the lab gives every policy).
-fn spec(bounds: Bounds) -> String {
-    let operator = Operator::objective(bounds, 4.0);
+fn spec(bounds: Bounds, objective: Objective) -> String {
+    let operator = Operator::objective(bounds, DEFAULT_PRIOR, objective);
     let mut spec = serde_json::to_value(operator.spec()).unwrap_or_default();
     spec["targetRef"]["name"] = "my-model".into();
     spec["serverAddress"] = "http://prometheus-operated.monitoring.svc:9090".into();
@@ -45,13 +45,24 @@ fn row(md: &mut String, what: &str, runs: &Runs) {
 }
 
 /// One section per (log, start-up delay).
-pub fn render(grouped: &BTreeMap<(Trace, u64), Vec<Runs>>, bounds: Bounds) -> String {
+pub fn render(
+    grouped: &BTreeMap<(Trace, u64), Vec<Runs>>,
+    bounds: Bounds,
+    objective: Objective,
+) -> String {
+    let Objective {
+        ttft,
+        tpot,
+        percentile,
+    } = objective;
+    // The share of requests the objective promises: a peer setting reaches it at this goodput.
+    let promised = percentile / 100.0;
     let mut md = String::from("## What if\n\n");
     let _ = writeln!(
         md,
-        "The spec the operator runs for this objective (TTFT ≤ 2 s and TPOT ≤ 100 ms for 99% of \
-         requests), names and selector to adjust:\n\n```yaml\n{}```\n",
-        spec(bounds)
+        "The spec the operator runs for this objective (TTFT ≤ {ttft} s and TPOT ≤ {tpot} s for \
+         {percentile}% of requests), names and selector to adjust:\n\n```yaml\n{}```\n",
+        spec(bounds, objective)
     );
     for ((trace, delay), runs) in grouped {
         let _ = writeln!(md, "### {}, {delay} s start-up\n", trace.name());
@@ -68,14 +79,14 @@ pub fn render(grouped: &BTreeMap<(Trace, u64), Vec<Runs>>, bounds: Bounds) -> St
             let cheapest = settings
                 .iter()
                 .map(|r| (r, summarize(&r.outcomes)))
-                .filter(|(_, s)| s.attainment >= PROMISED)
+                .filter(|(_, s)| s.attainment >= promised)
                 .min_by(|a, b| a.1.replica_hours.total_cmp(&b.1.replica_hours));
             match cheapest {
-                Some((r, _)) => row(&mut md, &format!("{family} (cheapest at 99%)"), r),
+                Some((r, _)) => row(&mut md, &format!("{family} (cheapest at {percentile}%)"), r),
                 None => {
                     let _ = writeln!(
                         md,
-                        "| {family} (cheapest at 99%) | none reaches 99% | - | - |"
+                        "| {family} (cheapest at {percentile}%) | none reaches {percentile}% | - | - |"
                     );
                 }
             }

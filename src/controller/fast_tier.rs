@@ -1378,3 +1378,205 @@ async fn an_objective_learns_its_capacity_from_the_histograms_and_a_gap_holds_th
         h.exposition()
     );
 }
+
+/// What a Prometheus answers the composed queries of an objective with, as the lab reads them:
+/// requests in flight per engine, the mean running per engine over the window and both
+/// histograms' increase (no series where the lab has none).
+#[derive(Debug, Clone, Default)]
+struct Window {
+    in_flight: Option<f64>,
+    load: Option<f64>,
+    queue: Vec<(f64, f64)>,
+    tpot: Vec<(f64, f64)>,
+}
+
+async fn prometheus_window(window: Arc<Mutex<Window>>) -> String {
+    use std::collections::HashMap;
+    let app = axum::Router::new().fallback(
+        move |axum::extract::Query(params): axum::extract::Query<HashMap<String, String>>| {
+            let w = window
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
+            async move {
+                let query = params.get("query").cloned().unwrap_or_default();
+                let one = |v: Option<f64>| match v {
+                    Some(v) => json!([{ "metric": {}, "value": [1.0, v.to_string()] }]),
+                    None => json!([]),
+                };
+                let buckets = |cumulative: &[(f64, f64)]| {
+                    let series: Vec<Value> = cumulative
+                        .iter()
+                        .map(|(le, count)| {
+                            let le = if le.is_infinite() {
+                                "+Inf".to_owned()
+                            } else {
+                                le.to_string()
+                            };
+                            json!({ "metric": { "le": le }, "value": [1.0, count.to_string()] })
+                        })
+                        .collect();
+                    Value::Array(series)
+                };
+                let result = if query.starts_with("sum by (le)") && query.contains("queue") {
+                    buckets(&w.queue)
+                } else if query.starts_with("sum by (le)") {
+                    buckets(&w.tpot)
+                } else if query.starts_with("avg(avg_over_time") {
+                    one(w.load)
+                } else {
+                    one(w.in_flight)
+                };
+                axum::Json(json!({ "status": "success",
+                    "data": { "resultType": "vector", "result": result } }))
+            }
+        },
+    );
+    serve(app).await
+}
+
+/// The cross-path test for the objective: the lab's pods export histograms and gauges, the
+/// controller reads what a Prometheus would answer the composed queries with over the same
+/// window, and both decide the same replica counts and learn the same capacity, sync by sync,
+/// through a pass (the estimate rises), a miss (it falls), an outage (every series gone: the
+/// scale-down waits) and a quiet spell (it comes down).
+#[tokio::test]
+async fn the_controller_and_the_lab_entrant_learn_the_objective_alike() {
+    use llmscaleoperator_sim::lab::exported::Exported as PodExported;
+    use llmscaleoperator_sim::lab::metrics::{PodSample, Scrapes};
+    use llmscaleoperator_sim::lab::policy::{Bounds, PodState, Policy, View};
+
+    const PODS: u32 = 4;
+    // Per step of 15 s, per pod: requests running, requests finished, how many of them queued
+    // too long; None: nothing is scraped (Prometheus lost its targets).
+    let steps: Vec<Option<(f64, u64, u64)>> = [
+        &[Some((6.0, 30, 0)); 8][..],
+        &[Some((5.0, 30, 9)); 4],
+        &[None; 4],
+        &[Some((1.0, 10, 0)); 28],
+    ]
+    .concat();
+    let bounds = Bounds { min: 1, max: 10 };
+    let mut entrant =
+        lab_operator::Operator::objective(bounds, 4.0, lab_operator::Objective::default());
+    let window = Arc::new(Mutex::new(Window::default()));
+    let server = prometheus_window(window.clone()).await;
+    let mut spec = serde_json::to_value(entrant.spec()).expect("the spec serializes");
+    spec["serverAddress"] = json!(server);
+    let mut scaler = json!({
+        "apiVersion": "autoscaling.modelsphere.dev/v1alpha1", "kind": "LLMScaler",
+        "metadata": { "name": "objective", "namespace": NS, "uid": "uid-objective",
+                      "generation": 1, "resourceVersion": "1" },
+        "spec": spec
+    });
+    let api = FakeApi::default().with_deployment("vllm", PODS as i32);
+    let mut h = Harness::leader(api);
+    let now = Arc::new(Mutex::new(0.0_f64));
+    let clock = now.clone();
+    Arc::get_mut(&mut h.ctx).expect("one owner").clock = Arc::new(move || {
+        let seconds = *clock.lock().unwrap_or_else(PoisonError::into_inner);
+        k8s_openapi::jiff::Timestamp::from_second(lab_operator::EPOCH).expect("epoch")
+            + k8s_openapi::jiff::SignedDuration::from_secs_f64(seconds)
+    });
+    // Ready long before the first sync: the fleet is settled on both paths.
+    let pods: Vec<PodState> = (0..u64::from(PODS))
+        .map(|id| PodState {
+            id,
+            created: -3600.0,
+            running_at: Some(-3600.0),
+            ready_at: Some(-3600.0),
+        })
+        .collect();
+    let mut exported = vec![PodExported::default(); PODS as usize];
+    let mut scrapes = Scrapes::new();
+
+    let (mut by_controller, mut by_entrant) = (Vec::new(), Vec::new());
+    let (mut learnt_by_controller, mut learnt_by_entrant) = (Vec::new(), Vec::new());
+    for (i, step) in steps.iter().enumerate() {
+        let t = 15.0 * (i as f64 + 1.0);
+        *now.lock().unwrap_or_else(PoisonError::into_inner) = t;
+        if let Some((running, finished, late)) = *step {
+            for (id, pod) in exported.iter_mut().enumerate() {
+                pod.queue.observe_n(0.05, finished - late);
+                pod.queue.observe_n(5.0, late);
+                pod.tpot.observe_n(0.03, finished);
+                let sample = PodSample {
+                    running,
+                    waiting: 0.0,
+                    kv_usage: 0.0,
+                };
+                scrapes.record(id as u64, t, sample);
+                scrapes.record_exported(id as u64, t, *pod);
+            }
+        }
+        let view = View {
+            now: t,
+            spec: PODS,
+            pods: &pods,
+            metrics: &scrapes,
+        };
+        // What Prometheus answers is what the lab reads from its pods.
+        let running = scrapes.latest(t, llmscaleoperator_sim::lab::metrics::Gauge::Running);
+        // (An instant vector looks back further than the window: in flight outlasts the rest.)
+        let in_flight = (!running.is_empty())
+            .then(|| running.iter().map(|(_, v)| v).sum::<f64>() / running.len() as f64);
+        let served = match lab_operator::latency(&view) {
+            Ok(latency) => Window {
+                in_flight,
+                load: Some(latency.load),
+                queue: latency.queue,
+                tpot: latency.tpot,
+            },
+            Err(_) => Window {
+                in_flight,
+                ..Window::default()
+            },
+        };
+        *window.lock().unwrap_or_else(PoisonError::into_inner) = served;
+
+        let writes = h.api.scale_writes("vllm").len();
+        h.sync_and_store(&mut scaler).await;
+        let wrote = h.api.scale_writes("vllm").get(writes).copied();
+        by_controller.push(wrote.unwrap_or(i64::from(PODS)));
+        learnt_by_controller.push(
+            scaler["status"]["objective"]["requestsPerPod"]
+                .as_str()
+                .and_then(|v| v.parse::<f64>().ok()),
+        );
+
+        by_entrant.push(i64::from(entrant.decide(&view)));
+        learnt_by_entrant.push(entrant.learned().map(|c| c.per_pod));
+    }
+    assert_eq!(
+        by_controller, by_entrant,
+        "the controller (left) and the lab entrant (right) decided differently"
+    );
+    // The controller keeps its estimate in status, to three decimals: each sync's rounding
+    // carries into the next, so the two agree to within a small share, not to the bit.
+    let alike = learnt_by_controller
+        .iter()
+        .zip(&learnt_by_entrant)
+        .all(|(c, e)| match (c, e) {
+            (Some(c), Some(e)) => (c - e).abs() <= 1e-3 * e.max(1.0),
+            _ => false,
+        });
+    assert!(
+        alike,
+        "the controller and the lab entrant learned differently:\n{learnt_by_controller:?}\n{learnt_by_entrant:?}"
+    );
+    // The run exercises every lesson: the estimate rose past the prior on the passes, fell on
+    // the miss, held through the outage (no scale-down while the latency is unread), and the
+    // fleet came down once the histograms were back.
+    let learnt: Vec<f64> = learnt_by_controller.iter().flatten().copied().collect();
+    assert!(learnt.iter().any(|&c| c > 4.0), "{learnt:?}");
+    assert!(learnt.iter().any(|&c| c < 4.0), "{learnt:?}");
+    let outage = 12..16;
+    assert!(
+        by_controller[outage].iter().all(|&c| c >= i64::from(PODS)),
+        "{by_controller:?}"
+    );
+    assert!(
+        by_controller.iter().any(|&c| c < i64::from(PODS)),
+        "{by_controller:?}"
+    );
+}
