@@ -873,6 +873,11 @@ pub struct ObjectiveStatus {
     /// histograms' buckets tell (at least this many); absent without requests or histograms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attainment: Option<String>,
+    /// The percent of the learned capacity the Ready pods have spare now, at the requests in
+    /// flight per pod just read: negative while they carry more than it (a scale-up is due or
+    /// on its way). Absent when the in-flight reading failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headroom: Option<String>,
     /// What the last sync learned, for a person.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lesson: Option<String>,

@@ -1306,6 +1306,8 @@ async fn an_objective_learns_its_capacity_from_the_histograms_and_a_gap_holds_th
     assert_eq!(status["objective"]["requestsPerPod"], "5.4", "{status:#}");
     assert_eq!(status["objective"]["missedAt"], "6");
     assert_eq!(status["objective"]["attainment"], "90.00");
+    // 6 in flight per pod against 5.4: the pods carry 11.1% more than the capacity learned.
+    assert_eq!(status["objective"]["headroom"], "-11.1");
     assert_eq!(condition(&status, "ObjectiveMet").1, "Missed");
     // 2 Ready × 6 in flight / 5.4 = 2.2 → 3.
     assert_eq!(h.api.scale_writes("vllm"), vec![3]);
@@ -1334,6 +1336,8 @@ async fn an_objective_learns_its_capacity_from_the_histograms_and_a_gap_holds_th
     let status = scaler["status"].clone();
     assert_eq!(h.api.scale_writes("vllm"), vec![3], "{status:#}");
     assert_eq!(status["objective"]["requestsPerPod"], "5.4");
+    // 0.5 of 5.4 in use: 90.7% spare, though the scale-down waits for the histograms.
+    assert_eq!(status["objective"]["headroom"], "90.7");
     let (met, reason, message) = condition(&status, "ObjectiveMet");
     assert_eq!((met.as_str(), reason.as_str()), ("False", "LatencyUnread"));
     assert!(message.contains("objective.queueTime"), "{message}");

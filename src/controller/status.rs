@@ -232,6 +232,7 @@ pub fn objective_status(learnt: &Learnt) -> ObjectiveStatus {
             .late
             .as_ref()
             .map(|late| format!("{:.2}", allowed(late))),
+        headroom: learnt.headroom.map(|h| format!("{:.1}", 100.0 * h)),
         lesson: Some(lesson(&learnt.lesson)),
     }
 }

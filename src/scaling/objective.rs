@@ -80,6 +80,16 @@ pub struct Learnt {
     pub late: Option<Share>,
     /// Why the latency signal could not be read (scale-downs wait for it).
     pub unread: Option<Unreadable>,
+    /// The share of the learned capacity the Ready pods have spare at this sync (negative while
+    /// they carry more than it), when the in-flight reading was read.
+    pub headroom: Option<f64>,
+}
+
+/// The share of `capacity` not in use at `current` requests in flight per pod.
+fn headroom(current: Option<f64>, capacity: &Capacity) -> Option<f64> {
+    current
+        .filter(|c| c.is_finite())
+        .map(|c| 1.0 - c / capacity.per_pod)
 }
 
 /// Either of two misses: at least the larger share, at most their sum.
@@ -125,6 +135,7 @@ pub fn learn_objective(
         Err(why) => {
             let (capacity, lesson) = learn(capacity, None, &rules.capacity);
             return Learnt {
+                headroom: headroom(current, &capacity),
                 capacity,
                 lesson,
                 late: None,
@@ -146,6 +157,7 @@ pub fn learn_objective(
     });
     let (capacity, lesson) = learn(capacity, evidence, &rules.capacity);
     Learnt {
+        headroom: headroom(current, &capacity),
         capacity,
         lesson,
         late,
@@ -286,6 +298,7 @@ mod tests {
         let learnt = learn_objective(stored, &gone, None, &target(2, 2), t(600), &rules());
         assert_eq!(Some(learnt.capacity), stored);
         assert_eq!(learnt.unread, Some(unreadable("no series")));
+        assert_eq!(learnt.headroom, None, "no in-flight reading, no headroom");
 
         let mut broken = reading(100.0, 0.0, 7.0);
         if let Ok(latency) = &mut broken.latency {
@@ -294,6 +307,40 @@ mod tests {
         let learnt = learn_objective(stored, &broken, None, &target(2, 2), t(600), &rules());
         assert_eq!(Some(learnt.capacity), stored);
         assert!(learnt.unread.is_some());
+    }
+
+    #[test]
+    fn the_headroom_is_the_share_of_the_learned_capacity_not_in_use() {
+        let stored = Some(Capacity {
+            per_pod: 8.0,
+            missed_at: None,
+        });
+        // Far below the estimate: nothing is learned, three quarters of it are spare.
+        let spare = learn_objective(
+            stored,
+            &reading(400.0, 0.0, 2.0),
+            Some(2.0),
+            &target(2, 2),
+            t(600),
+            &rules(),
+        );
+        assert_eq!(spare.capacity.per_pod, 8.0);
+        assert_eq!(spare.headroom, Some(0.75));
+        // A clear miss at 6: measured against the estimate it lowered, the pods run over it.
+        let over = learn_objective(
+            stored,
+            &reading(400.0, 40.0, 6.0),
+            Some(6.0),
+            &target(2, 2),
+            t(600),
+            &rules(),
+        );
+        assert!(over.capacity.per_pod < 8.0, "{over:?}");
+        let headroom = over.headroom.unwrap();
+        assert!(
+            (headroom - (1.0 - 6.0 / over.capacity.per_pod)).abs() < 1e-12 && headroom < -0.1,
+            "{over:?}"
+        );
     }
 
     #[test]
