@@ -131,12 +131,22 @@ impl Capacity {
 
 const SEVERE_CUT: f64 = 0.7;
 
+/// A window is judged only if the objective's allowance expects at least this many late requests
+/// in it. Below that one late request is already several times the allowance, and a count that
+/// small cannot tell a miss from chance: at 99%, 2 late of 20 happen by chance once in 60
+/// windows, and each such false miss cuts the estimate and caps later probes (measured in the
+/// lab: a first minute of 20 requests pinned a diurnal fleet at 1.5× the pods it needed).
+const EXPECTED_LATE_TO_JUDGE: f64 = 0.5;
+/// Nor on fewer requests than this, whatever the percentile.
+const MIN_REQUESTS: f64 = 20.0;
+
 /// How the estimate moves.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CapacityRules {
     /// Share of requests the objective lets miss (1 − its percentile).
     pub allowed_miss: f64,
-    /// A window with fewer requests than this is no evidence.
+    /// A window with fewer requests than this is no evidence (enough for the allowance to
+    /// expect half a late request, and at least 20).
     pub min_requests: f64,
     /// How many standard deviations above the allowed count of late requests a window's count
     /// must be to be a miss: a window of 250 requests under a 1% allowance expects 2.5 late
@@ -168,7 +178,8 @@ impl CapacityRules {
     pub fn for_percentile(percentile: f64, floor: f64, ceiling: f64) -> Self {
         Self {
             allowed_miss: (1.0 - percentile / 100.0).clamp(0.0, 1.0),
-            min_requests: 20.0,
+            // 50 requests at 99%, 20 at 97.5% and below, 500 at 99.9%.
+            min_requests: (EXPECTED_LATE_TO_JUDGE * 100.0 / (100.0 - percentile)).max(MIN_REQUESTS),
             confidence: 2.0,
             cut: 0.9,
             severe: 10.0,
@@ -459,6 +470,26 @@ mod tests {
     }
 
     #[test]
+    fn a_window_is_judged_once_the_allowance_expects_half_a_late_request() {
+        let needed =
+            |percentile: f64| CapacityRules::for_percentile(percentile, 0.1, 256.0).min_requests;
+        assert_eq!(needed(99.0), 50.0);
+        assert!((needed(99.9) - 500.0).abs() < 1e-6);
+        assert_eq!(needed(95.0), 20.0, "never fewer than 20");
+        // At 99%, 2 late of 49 is no evidence; 2 of 50 is a miss.
+        let r = rules();
+        let c = Capacity::prior(8.0);
+        assert!(matches!(
+            learn(c, window(8.0, 49.0, 2.0 / 49.0), &r).1,
+            Lesson::Kept(Kept::TooFewRequests { .. })
+        ));
+        assert!(matches!(
+            learn(c, window(8.0, 50.0, 0.04), &r).1,
+            Lesson::Lowered { .. }
+        ));
+    }
+
+    #[test]
     fn nothing_measured_too_few_requests_or_unclear_buckets_keep_the_estimate() {
         let r = rules();
         let c = Capacity::prior(8.0);
@@ -467,7 +498,7 @@ mod tests {
             learn(c, window(30.0, 5.0, 1.0), &r).1,
             Lesson::Kept(Kept::TooFewRequests {
                 requests: 5.0,
-                needed: 20.0
+                needed: 50.0
             })
         );
         let unclear = Some(Evidence {
