@@ -80,7 +80,13 @@ pub fn law(
                 rules,
             )
         });
-    let learnt_input = learnt.as_ref().map(|l| apply(input, l));
+    let before = stored
+        .capacity
+        .or_else(|| stages.objective.map(|rules| Capacity::prior(rules.prior)));
+    let learnt_input = learnt
+        .as_ref()
+        .zip(before.as_ref())
+        .map(|(l, before)| apply(input, l, before));
     let input = learnt_input.as_ref().unwrap_or(input);
     let activation_read = activation
         .as_ref()
