@@ -1226,9 +1226,9 @@ async fn the_deletion_cost_query_is_read_and_counted_like_every_query() {
     );
 }
 
-/// What a Prometheus serving vLLM's series answers an objective's composed queries with: per
-/// query kind, a value, a histogram (cumulative counts at 0.1, 1 and +Inf s) or no series.
-/// The late requests are late in the queue-time histogram only.
+/// A minute of a fleet in few numbers, served as a [`Window`]: a value per gauge query and both
+/// histograms (cumulative counts at 0.1, 1 and +Inf s) or no histogram series. The late
+/// requests are late in the queue-time histogram only.
 #[derive(Debug, Clone)]
 struct Exported {
     in_flight: f64,
@@ -1239,41 +1239,24 @@ struct Exported {
     histograms: bool,
 }
 
-async fn prometheus_exporting(exported: Arc<Mutex<Exported>>) -> String {
-    use std::collections::HashMap;
-    let app = axum::Router::new().fallback(
-        move |axum::extract::Query(params): axum::extract::Query<HashMap<String, String>>| {
-            let e = exported
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone();
-            async move {
-                let query = params.get("query").cloned().unwrap_or_default();
-                let one = |v: f64| json!([{ "metric": {}, "value": [1.0, v.to_string()] }]);
-                let result = if query.starts_with("sum by (le)") {
-                    if e.histograms {
-                        // The late requests queued too long; every one kept its TPOT.
-                        let late = if query.contains("queue") { e.late } else { 0.0 };
-                        let on_time = e.requests - late;
-                        json!([
-                            { "metric": { "le": "0.1" }, "value": [1.0, on_time.to_string()] },
-                            { "metric": { "le": "1" }, "value": [1.0, on_time.to_string()] },
-                            { "metric": { "le": "+Inf" }, "value": [1.0, e.requests.to_string()] },
-                        ])
-                    } else {
-                        json!([])
-                    }
-                } else if query.starts_with("avg(avg_over_time") {
-                    one(e.load)
-                } else {
-                    one(e.in_flight)
-                };
-                axum::Json(json!({ "status": "success",
-                    "data": { "resultType": "vector", "result": result } }))
+impl From<&Exported> for Window {
+    fn from(e: &Exported) -> Self {
+        // The late requests queued too long; every one kept its TPOT.
+        let histogram = |late: f64| {
+            let on_time = e.requests - late;
+            if e.histograms {
+                vec![(0.1, on_time), (1.0, on_time), (f64::INFINITY, e.requests)]
+            } else {
+                Vec::new()
             }
-        },
-    );
-    serve(app).await
+        };
+        Window {
+            in_flight: Some(e.in_flight),
+            load: Some(e.load),
+            queue: histogram(e.late),
+            tpot: histogram(0.0),
+        }
+    }
 }
 
 /// Under an objective, the controller reads the composed queries, learns the capacity from the
@@ -1281,14 +1264,14 @@ async fn prometheus_exporting(exported: Arc<Mutex<Exported>>) -> String {
 /// the estimate, defer a scale-down and say so.
 #[tokio::test]
 async fn an_objective_learns_its_capacity_from_the_histograms_and_a_gap_holds_the_fleet() {
-    let exported = Arc::new(Mutex::new(Exported {
+    let exported = Arc::new(Mutex::new(Window::from(&Exported {
         in_flight: 6.0,
         load: 6.0,
         requests: 400.0,
         late: 40.0,
         histograms: true,
-    }));
-    let server = prometheus_exporting(exported.clone()).await;
+    })));
+    let server = prometheus_window(exported.clone()).await;
     let h = Harness::leader(FakeApi::default().with_deployment("vllm", 2));
     let objective = json!({
         "metrics": null,
@@ -1324,13 +1307,13 @@ async fn an_objective_learns_its_capacity_from_the_histograms_and_a_gap_holds_th
     );
 
     // The histograms go missing while the load falls: the estimate stays, nothing is removed.
-    *exported.lock().unwrap_or_else(PoisonError::into_inner) = Exported {
+    *exported.lock().unwrap_or_else(PoisonError::into_inner) = Window::from(&Exported {
         in_flight: 0.5,
         load: 0.5,
         requests: 0.0,
         late: 0.0,
         histograms: false,
-    };
+    });
     // (The fake apiserver's Deployment still has 2 replicas, both Ready: 1 would do.)
     h.sync_and_store(&mut scaler).await;
     let status = scaler["status"].clone();
@@ -1351,13 +1334,13 @@ async fn an_objective_learns_its_capacity_from_the_histograms_and_a_gap_holds_th
 
     // Back, missing again, and more load than maxReplicas can carry: the condition and a
     // warning say what to change.
-    *exported.lock().unwrap_or_else(PoisonError::into_inner) = Exported {
+    *exported.lock().unwrap_or_else(PoisonError::into_inner) = Window::from(&Exported {
         in_flight: 60.0,
         load: 6.0,
         requests: 400.0,
         late: 40.0,
         histograms: true,
-    };
+    });
     h.sync_and_store(&mut scaler).await;
     let status = scaler["status"].clone();
     assert_eq!(h.api.scale_writes("vllm"), vec![3, 10], "{status:#}");

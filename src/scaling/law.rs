@@ -80,13 +80,10 @@ pub fn law(
                 rules,
             )
         });
-    let before = stored
-        .capacity
-        .or_else(|| stages.objective.map(|rules| Capacity::prior(rules.prior)));
     let learnt_input = learnt
         .as_ref()
-        .zip(before.as_ref())
-        .map(|(l, before)| apply(input, l, before));
+        .zip(stages.objective.as_ref())
+        .map(|(l, rules)| apply(input, l, &rules.starting(stored.capacity)));
     let input = learnt_input.as_ref().unwrap_or(input);
     let activation_read = activation
         .as_ref()

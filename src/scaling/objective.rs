@@ -52,6 +52,13 @@ impl ObjectiveRules {
     }
 }
 
+impl ObjectiveRules {
+    /// The estimate a sync starts from: the stored one, or the prior for a fleet without one.
+    pub fn starting(&self, stored: Option<Capacity>) -> Capacity {
+        stored.unwrap_or(Capacity::prior(self.prior))
+    }
+}
+
 /// What the pods exported over the last window.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Latency {
@@ -129,7 +136,7 @@ pub fn learn_objective(
     now: Timestamp,
     rules: &ObjectiveRules,
 ) -> Learnt {
-    let capacity = stored.unwrap_or(Capacity::prior(rules.prior));
+    let capacity = rules.starting(stored);
     let latency = match &reading.latency {
         Ok(latency) => latency,
         Err(why) => {
