@@ -316,6 +316,7 @@ fn per_scaler_gauges_are_shown_once_whatever_the_operator_replicas() {
         "syncs_without_signal",
         "paused",
         "objective_attainment_ratio",
+        "objective_headroom_ratio",
     ];
     let dashboard = dashboard();
     let mut seen = 0;
@@ -332,4 +333,37 @@ fn per_scaler_gauges_are_shown_once_whatever_the_operator_replicas() {
         }
     }
     assert!(seen >= per_scaler.len(), "{seen} per-scaler queries");
+}
+
+/// Every panel says what it shows and in what unit, as KEDA's dashboard does: a reader on call
+/// should not have to open the query to know whether 0.9 is a share, a count or seconds.
+#[test]
+fn every_panel_has_a_unit_and_a_description() {
+    let dashboard = dashboard();
+    let panels = dashboard["panels"].as_array().unwrap();
+    assert!(panels.len() >= 10, "{} panels", panels.len());
+    for panel in panels {
+        let title = panel["title"].as_str().unwrap();
+        let unit = panel["fieldConfig"]["defaults"]["unit"]
+            .as_str()
+            .unwrap_or("");
+        assert!(!unit.is_empty(), "{title}: no unit");
+        let description = panel["description"].as_str().unwrap_or("");
+        assert!(
+            description.len() >= 40,
+            "{title}: description {description:?}"
+        );
+        // A share is drawn as a percentage, not as a count near zero.
+        let ratio = panel["targets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["expr"].as_str().unwrap().contains("_ratio{"));
+        if ratio {
+            assert_eq!(unit, "percentunit", "{title}");
+        }
+    }
+    let ids: std::collections::BTreeSet<i64> =
+        panels.iter().map(|p| p["id"].as_i64().unwrap()).collect();
+    assert_eq!(ids.len(), panels.len(), "panel ids are unique");
 }

@@ -860,6 +860,7 @@ fn report<'a>(
                 .as_ref()
                 .and_then(|l| l.late)
                 .map(|late| 1.0 - late.at_most),
+            headroom: objective.as_ref().and_then(|l| l.headroom),
             written: decision
                 .write
                 .filter(|_| synced.wrote)

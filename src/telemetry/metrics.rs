@@ -142,6 +142,8 @@ pub struct Metrics {
     pub condition: Family<ConditionLabels, Gauge>,
     /// Under an objective: the share of the last minute's requests that met it, at least.
     pub objective_attainment: Family<ScalerLabels, Gauge<f64, AtomicU64>>,
+    /// Under an objective: the share of the learned capacity the Ready pods have spare.
+    pub objective_headroom: Family<ScalerLabels, Gauge<f64, AtomicU64>>,
     pub scale_events: Family<ScaleLabels, Counter>,
     /// 1 while this replica may write (always 1 without leader election).
     pub leader: Gauge,
@@ -173,6 +175,12 @@ impl Default for Metrics {
             "objective_attainment_ratio",
             "Under an objective: the share (0-1) of the last minute's requests that met it, at least (absent when none finished)",
             objective_attainment.clone(),
+        );
+        let objective_headroom = Family::<ScalerLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "objective_headroom_ratio",
+            "Under an objective: the share of the learned per-pod capacity the Ready pods have spare (negative while they carry more; absent when in-flight was not read)",
+            objective_headroom.clone(),
         );
         let build_info = Family::<BuildLabels, Gauge>::default();
         build_info
@@ -280,6 +288,7 @@ impl Default for Metrics {
             metric_target,
             condition,
             objective_attainment,
+            objective_headroom,
             scale_events,
             leader,
             metric_names: Arc::default(),
@@ -419,6 +428,7 @@ impl Metrics {
         self.max_replicas.remove(&labels);
         self.syncs_without_signal.remove(&labels);
         self.objective_attainment.remove(&labels);
+        self.objective_headroom.remove(&labels);
         for result in SyncResult::ALL {
             self.syncs.remove(&SyncLabels {
                 namespace: namespace.to_owned(),
@@ -557,6 +567,9 @@ mod tests {
             &m.syncs_without_signal,
         ] {
             gauge.get_or_create(&scaler).set(1);
+        }
+        for ratio in [&m.objective_attainment, &m.objective_headroom] {
+            ratio.get_or_create(&scaler).set(0.5);
         }
         m.metric_value.get_or_create(&metric).set(0.5);
         m.metric_target.get_or_create(&metric).set(0.8);

@@ -43,6 +43,9 @@ pub struct Decided<'a> {
     /// Under an objective: the share of the last minute's requests that met it, at least (none
     /// when none finished).
     pub attainment: Option<f64>,
+    /// Under an objective: the share of the learned capacity the Ready pods have spare (none
+    /// when in-flight was not read).
+    pub headroom: Option<f64>,
     /// The count written, when this sync wrote spec.replicas, and the count it had before.
     pub written: Option<(i32, i32)>,
 }
@@ -112,12 +115,17 @@ impl Metrics {
         ] {
             family.get_or_create(&labels).set(value);
         }
-        match decided.attainment {
-            Some(share) => {
-                self.objective_attainment.get_or_create(&labels).set(share);
-            }
-            None => {
-                self.objective_attainment.remove(&labels);
+        for (family, value) in [
+            (&self.objective_attainment, decided.attainment),
+            (&self.objective_headroom, decided.headroom),
+        ] {
+            match value {
+                Some(share) => {
+                    family.get_or_create(&labels).set(share);
+                }
+                None => {
+                    family.remove(&labels);
+                }
             }
         }
         // What was written, not what was decided: a standby and a dry run decide every sync too.
