@@ -1,6 +1,6 @@
 //! The kubectl view, as the real apiserver renders it: `kubectl get llms` (short name, category)
 //! shows what `kubectl get hpa` shows — the workload, Ready, the first metric's value against
-//! its target, the bounds, desired and current replicas — and `-o wide` adds the kind, the
+//! its target, the bounds, the desired, written and Ready replicas — and `-o wide` adds the kind, the
 //! metric's name, the ScalingActive/ScalingLimited reasons and the last scale.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -87,7 +87,8 @@ async fn kubectl_get_llms_shows_what_kubectl_get_hpa_shows() {
             "MinReplicas",
             "MaxReplicas",
             "Desired",
-            "Current",
+            "Replicas",
+            "ReadyReplicas",
             "Age"
         ]
     );
@@ -119,7 +120,10 @@ async fn kubectl_get_llms_shows_what_kubectl_get_hpa_shows() {
         (cell("MinReplicas"), cell("MaxReplicas")),
         (json!(1), json!(3))
     );
-    assert_eq!((cell("Desired"), cell("Current")), (json!(3), json!(3)));
+    assert_eq!(
+        (cell("Desired"), cell("Replicas"), cell("ReadyReplicas")),
+        (json!(3), json!(3), json!(3))
+    );
     assert_eq!(cell("Kind"), "Deployment");
     assert_eq!(cell("Metric"), "kv-cache");
     assert_eq!(cell("Active"), "ValidMetric");
@@ -145,7 +149,8 @@ async fn kubectl_get_llms_shows_what_kubectl_get_hpa_shows() {
             "MINREPLICAS",
             "MAXREPLICAS",
             "DESIRED",
-            "CURRENT",
+            "REPLICAS",
+            "READYREPLICAS",
             "AGE"
         ]
     );
@@ -157,6 +162,72 @@ async fn kubectl_get_llms_shows_what_kubectl_get_hpa_shows() {
     );
     let category = kubectl(&["get", "autoscaling", "-n", &env.ns]);
     assert!(category.contains("llama"), "{category}");
+    env.done().await;
+}
+
+/// During a scale-up whose pods load slowly, the view reads like the workload's: the count
+/// written runs ahead of the Ready pods (DESIRED 3, REPLICAS 3, READYREPLICAS 1), not like a stuck
+/// autoscaler that wants 3 and has 1.
+#[tokio::test]
+async fn during_a_scale_up_the_written_replicas_run_ahead_of_the_ready_ones() {
+    const READY_AFTER: u64 = 8;
+    let env = Env::new("kubectl-scale-up").await;
+    env.create_slow_deployment("slow", 1, std::time::Duration::from_secs(READY_AFTER))
+        .await;
+    env.wait_ready("slow", 1).await;
+    env.set("inflight", 8.0).await;
+    let _operator = Operator::start(&env.client, &env.ns);
+    env.scaler(
+        "slow",
+        "slow",
+        json!({
+            "minReplicas": 1, "maxReplicas": 5,
+            "metrics": [{ "name": "in-flight", "query": env.query("inflight"), "target": "8",
+                          "targetType": "AverageValue" }]
+        }),
+    )
+    .await;
+    common::eventually("status at 1 written, 1 Ready", WAIT, || async {
+        let s = env.scalers().get("slow").await.ok()?.status?;
+        (s.replicas == Some(1) && s.current_replicas == 1).then_some(())
+    })
+    .await;
+    // 24 in flight at 8 a pod: 3, and the two new pods take READY_AFTER seconds to load.
+    env.set("inflight", 24.0).await;
+    let cells = |table: &Value| -> Option<(i64, i64, i64)> {
+        let columns = table["columnDefinitions"].as_array()?;
+        let at = |name: &str| columns.iter().position(|c| c["name"] == name);
+        let row = &table["rows"][0]["cells"];
+        Some((
+            row[at("Desired")?].as_i64()?,
+            row[at("Replicas")?].as_i64()?,
+            row[at("ReadyReplicas")?].as_i64()?,
+        ))
+    };
+    common::eventually("the view during the scale-up", WAIT, || async {
+        let seen = cells(&table(&env).await)?;
+        (seen == (3, 3, 1)).then_some(())
+    })
+    .await;
+    let plain = kubectl(&["get", "llms", "-n", &env.ns]);
+    let row: Vec<&str> = plain.lines().nth(1).unwrap().split_whitespace().collect();
+    let header: Vec<&str> = plain.lines().next().unwrap().split_whitespace().collect();
+    let at = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    // Read on the same sync or the next: Ready may have caught up by now, never passed 3.
+    assert_eq!(
+        (row[at("DESIRED")], row[at("REPLICAS")]),
+        ("3", "3"),
+        "{plain}"
+    );
+    assert!(
+        ["1", "2", "3"].contains(&row[at("READYREPLICAS")]),
+        "{plain}"
+    );
+    common::eventually("the view once the pods are Ready", WAIT, || async {
+        let seen = cells(&table(&env).await)?;
+        (seen == (3, 3, 3)).then_some(())
+    })
+    .await;
     env.done().await;
 }
 

@@ -72,7 +72,13 @@ use serde::{Deserialize, Serialize};
         description = "Last recommendation after clamping and stabilization"
     ),
     printcolumn(
-        name = "Current",
+        name = "Replicas",
+        type_ = "integer",
+        json_path = ".status.replicas",
+        description = "The target's spec.replicas after the last sync: the count written (pods may still be starting)"
+    ),
+    printcolumn(
+        name = "ReadyReplicas",
         type_ = "integer",
         json_path = ".status.currentReplicas",
         description = "Ready replicas of the target at the last sync"
@@ -815,6 +821,12 @@ pub struct LLMScalerStatus {
     /// just written.
     #[serde(default)]
     pub desired_replicas: i32,
+
+    /// The target's spec.replicas after the last sync: the count this sync wrote, or the one it
+    /// found when it wrote nothing. During a scale-up it runs ahead of currentReplicas while the
+    /// new pods start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
 
     /// Ready, ScalingActive, ScalingLimited and RolloutInProgress, each with the reason of the
     /// last sync.

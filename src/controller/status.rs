@@ -142,6 +142,10 @@ pub fn render(
 
             status.current_replicas = target.ready_replicas;
             status.desired_replicas = decision.desired;
+            status.replicas = Some(match decision.write {
+                Some(written) if *wrote => written,
+                _ => target.spec_replicas,
+            });
             if *wrote {
                 status.last_scale_time = Some(Time(now));
             }
