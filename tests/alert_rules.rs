@@ -142,3 +142,55 @@ fn the_chart_installs_the_same_rules() {
     assert!(out.status.success());
     assert!(!String::from_utf8_lossy(&out.stdout).contains("kind: PrometheusRule"));
 }
+
+/// Every alert links its runbook: a section of docs/runbooks.md named after the alert, which
+/// says what the alert means, what to check first and how to fix it.
+#[test]
+fn every_alert_links_its_runbook_section() {
+    let file: Value = Value::deserialize(serde_norway::Deserializer::from_str(
+        &std::fs::read_to_string(common::repo_root().join(RULES)).unwrap(),
+    ))
+    .unwrap();
+    let runbooks = std::fs::read_to_string(common::repo_root().join("docs/runbooks.md")).unwrap();
+    let headings: BTreeSet<String> = runbooks
+        .lines()
+        .filter_map(|l| l.strip_prefix("## "))
+        .map(|h| h.trim().to_lowercase())
+        .collect();
+    let mut alerts = 0;
+    for rule in file["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_array().unwrap())
+    {
+        let name = rule["alert"].as_str().unwrap();
+        alerts += 1;
+        let url = rule["annotations"]["runbook_url"].as_str().unwrap_or("");
+        let anchor = name.to_lowercase();
+        assert_eq!(
+            url,
+            format!(
+                "https://github.com/modelsphere/llmscaleoperator/blob/main/docs/runbooks.md#{anchor}"
+            ),
+            "{name}"
+        );
+        assert!(
+            headings.contains(&anchor),
+            "docs/runbooks.md has no `## {name}`"
+        );
+        // The section says what to check and what to do, not only what the alert is.
+        let section = runbooks
+            .split("\n## ")
+            .find(|s| s.trim_start().to_lowercase().starts_with(&anchor))
+            .unwrap();
+        for part in ["**Meaning.**", "**Check.**", "**Fix.**"] {
+            assert!(section.contains(part), "{name}: no {part}");
+        }
+    }
+    assert_eq!(
+        headings.len(),
+        alerts,
+        "one section per alert: {headings:?}"
+    );
+}

@@ -218,7 +218,7 @@ async fn every_panel_of_the_dashboard_has_data_from_a_running_operator() {
         .iter()
         .flat_map(|g| g["rules"].as_array().unwrap())
         .collect();
-    assert_eq!(rules.len(), 8, "{body}");
+    assert_eq!(rules.len(), 9, "{body}");
     for rule in &rules {
         assert_eq!(rule["health"], "ok", "{rule}");
     }
