@@ -4,7 +4,8 @@
 #   docker build --build-arg RUST_IMAGE=<mirror>/rust:1-bookworm \
 #                --build-arg RUNTIME_IMAGE=<mirror>/distroless/static-debian12:nonroot .
 #
-# Multi-arch (the release workflow): docker buildx build --platform linux/amd64,linux/arm64 .
+# Multi-arch by hand: docker buildx build --platform linux/amd64,linux/arm64 . (the release
+# workflow builds each architecture natively and merges them, see docs/releasing.md).
 ARG RUST_IMAGE=docker.io/library/rust:1-bookworm
 ARG RUNTIME_IMAGE=gcr.io/distroless/static-debian12:nonroot
 
