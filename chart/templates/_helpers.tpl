@@ -1,14 +1,25 @@
-{{/* The release's full name, at most 63 characters. */}}
+{{/* The chart's name, or nameOverride: the app.kubernetes.io/name label and part of the full name. */}}
+{{- define "llmscaleoperator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The release's full name, at most 63 characters: fullnameOverride, or the release name
+     followed by the chart's name (unless it already contains it). Every object is named after it. */}}
 {{- define "llmscaleoperator.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "llmscaleoperator.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
 {{- define "llmscaleoperator.selectorLabels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "llmscaleoperator.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
@@ -19,6 +30,20 @@ app.kubernetes.io/part-of: llmscaleoperator
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* The annotations block of an object's metadata: commonAnnotations and the object's own
+     (`list $ctx $own`; its own win), or nothing when both are empty. */}}
+{{- define "llmscaleoperator.annotations" -}}
+{{- $ctx := index . 0 -}}
+{{- $all := merge (dict) (index . 1 | default dict) ($ctx.Values.commonAnnotations | default dict) -}}
+{{- with $all -}}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end -}}
 {{- end -}}
 
 {{- define "llmscaleoperator.serviceAccountName" -}}
@@ -86,8 +111,14 @@ true
   resources: [scaledobjects]
   verbs: [list, watch]
 {{- if .Values.rbac.secretHeaders }}
+{{- /* The operator only gets the Secrets a scaler names (src/controller/secrets.rs: no list, no
+     watch), so resourceNames limits all it can read. */}}
 - apiGroups: [""]
   resources: [secrets]
+  {{- with .Values.rbac.secretNames }}
+  resourceNames:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
   verbs: [get]
 {{- end }}
 {{- end }}
