@@ -34,11 +34,14 @@ sim_port=${DEMO_SIM_PORT:-19100}
 prometheus_port=${DEMO_PROMETHEUS_PORT:-19090}
 decision_port=${DEMO_DECISION_PORT:-19200}
 decision_file=$demo_dir/decision
-# A trace (steady, diurnal, burst, idle or a file) replayed DEMO_SPEED times faster than real time
-# for DEMO_SECONDS of real time.
-trace=${DEMO_TRACE:-burst}
-speed=${DEMO_SPEED:-10}
-seconds=${DEMO_SECONDS:-180}
+# The scenario (trace, speed, length, pods' start-up) is config/demo/scenario.env, the one
+# tests/demo_scenario.rs checks in simulated time; each value can be overridden from the
+# environment.
+# shellcheck source=config/demo/scenario.env
+. config/demo/scenario.env
+trace=$DEMO_TRACE
+speed=$DEMO_SPEED
+seconds=$DEMO_SECONDS
 plot=$demo_dir/run.svg
 
 cat > "$demo_dir/prometheus.yml" <<YAML
@@ -58,33 +61,8 @@ pids+=($!)
 echo "demo: installing the LLMScaler CRD, two Deployments and their scalers"
 "$operator" crd | "$kubectl" apply --server-side --field-manager=llmscaleoperator-demo -f -
 "$kubectl" wait --for condition=Established --timeout=60s crd/llmscalers.autoscaling.modelsphere.dev
+sed "s|PROMETHEUS_ADDRESS|http://127.0.0.1:$prometheus_port|" config/demo/vllm-demo.yaml | "$kubectl" apply -f -
 "$kubectl" apply -f - <<YAML
-apiVersion: apps/v1
-kind: Deployment
-metadata: { name: vllm-demo, namespace: default, labels: { app: vllm-demo } }
-spec:
-  replicas: 1
-  selector: { matchLabels: { app: vllm-demo } }
-  template:
-    metadata: { labels: { app: vllm-demo } }
-    spec: { containers: [{ name: vllm, image: "registry.k8s.io/pause:3.10" }] }
----
-apiVersion: autoscaling.modelsphere.dev/v1alpha1
-kind: LLMScaler
-metadata: { name: vllm-demo, namespace: default }
-spec:
-  targetRef: { apiVersion: apps/v1, kind: Deployment, name: vllm-demo }
-  serverAddress: "http://127.0.0.1:$prometheus_port"
-  minReplicas: 1
-  maxReplicas: 8
-  syncPeriodSeconds: 5
-  metrics:
-    # Requests in flight or waiting, per replica: 20 each.
-    - name: busy
-      query: 'avg(vllm:num_requests_running{namespace="default", app="vllm-demo"} + vllm:num_requests_waiting{namespace="default", app="vllm-demo"})'
-      target: "20"
-  scaleDown: { stabilizationWindowSeconds: 30, maxStepReplicas: 2 }
----
 apiVersion: apps/v1
 kind: Deployment
 metadata: { name: fallback-modelforge-01, namespace: default, labels: { app: fallback-modelforge-01 } }
@@ -120,6 +98,6 @@ pids+=($!)
 trap 'true' INT
 target/debug/fleet-sim --kubeconfig "$KUBECONFIG" --namespace default --selector app=vllm-demo \
   --listen "127.0.0.1:$sim_port" --trace "$trace" --duration "$(( seconds * speed ))" --speed "$speed" \
-  --startup-delay 60 --deployment vllm-demo --scaler vllm-demo --progress --seconds "$seconds" \
+  --startup-delay "$DEMO_STARTUP_DELAY" --deployment vllm-demo --scaler vllm-demo --progress --seconds "$seconds" \
   --plot "$plot" || status=$?
 echo "demo: finished (status ${status:-0}); the plot of the run is $plot"

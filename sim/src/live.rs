@@ -88,7 +88,22 @@ pub async fn run(
     .for_each(|_| futures::future::ready(()));
     let watch = tokio::spawn(watch);
 
-    let fleet = Arc::new(Mutex::new(Fleet::new(options.fleet.clone())));
+    // The pods Ready when the run starts were loaded before it: they serve at once.
+    let mut fleet = Fleet::new(options.fleet.clone());
+    if !matches!(
+        tokio::time::timeout(Duration::from_secs(10), store.wait_until_ready()).await,
+        Ok(Ok(()))
+    ) {
+        eprintln!("fleet-sim: the pods were not listed within 10 s; every pod starts cold");
+    }
+    fleet.warm_pods(
+        store
+            .state()
+            .iter()
+            .filter(|pod| is_ready(pod))
+            .map(|pod| pod.name_any()),
+    );
+    let fleet = Arc::new(Mutex::new(fleet));
     let served = fleet.clone();
     let router = Router::new().route(
         "/metrics",
