@@ -5,7 +5,8 @@
 //! for a pod of another. The real Prometheus finds them through Kubernetes service discovery on
 //! the real apiserver and the documented scrape (`config/prometheus/scrape-config.yaml`, loaded
 //! as shipped). Then:
-//! - every query of `config/samples/` and of the README's examples, names and namespace adjusted,
+//! - every query of `config/samples/` and of the README's and `docs/*.md`'s examples, names and
+//!   namespace adjusted,
 //!   returns exactly one series on each fleet (one per pod for a deletion-cost query);
 //! - the latency histograms the capacity estimate reads come back through the operator's own
 //!   client as one cumulative histogram per fleet, and a query without `sum by (le)` is refused;
@@ -183,7 +184,8 @@ fn documented_scrape(namespace: &str) -> String {
 }
 
 /// Every query a user copies: the samples' metric, deletion-cost and activation queries, and the
-/// README's single-quoted ones that read vLLM series. `true` marks a deletion-cost query.
+/// single-quoted ones of the README and `docs/*.md` that read vLLM series. `true` marks a
+/// deletion-cost query.
 fn documented_queries() -> Vec<(String, String, bool)> {
     let mut queries = Vec::new();
     for sample in SAMPLES {
@@ -203,18 +205,29 @@ fn documented_queries() -> Vec<(String, String, bool)> {
             queries.push((sample.to_owned(), q.to_owned(), false));
         }
     }
-    let readme = std::fs::read_to_string(common::repo_root().join("README.md")).unwrap();
-    for (key, cost) in [
-        ("query: '", false),
-        ("activationQuery: '", false),
-        ("deletionCostQuery: '", true),
-    ] {
-        for (at, _) in readme.match_indices(key) {
-            let rest = &readme[at + key.len()..];
-            let Some(end) = rest.find('\'') else { continue };
-            let query = &rest[..end];
-            if query.contains("vllm:") && !query.contains('\n') {
-                queries.push(("README.md".to_owned(), query.to_owned(), cost));
+    let mut documents = vec!["README.md".to_owned()];
+    let mut in_docs: Vec<String> = std::fs::read_dir(common::repo_root().join("docs"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".md"))
+        .map(|name| format!("docs/{name}"))
+        .collect();
+    in_docs.sort();
+    documents.extend(in_docs);
+    for document in documents {
+        let readme = std::fs::read_to_string(common::repo_root().join(&document)).unwrap();
+        for (key, cost) in [
+            ("query: '", false),
+            ("activationQuery: '", false),
+            ("deletionCostQuery: '", true),
+        ] {
+            for (at, _) in readme.match_indices(key) {
+                let rest = &readme[at + key.len()..];
+                let Some(end) = rest.find('\'') else { continue };
+                let query = &rest[..end];
+                if query.contains("vllm:") && !query.contains('\n') {
+                    queries.push((document.clone(), query.to_owned(), cost));
+                }
             }
         }
     }

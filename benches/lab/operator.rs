@@ -32,7 +32,7 @@ use serde_json::json;
 /// uses: the spec's defaults (or the fields a variant sets), its behavior, and the start-up delay
 /// learned from the target's pods.
 ///
-/// Where the fleet may go to zero, the spec is the one the README's "Scale to zero" asks for: the
+/// Where the fleet may go to zero, the spec is the one docs/concepts.md's "Scale to zero" asks for: the
 /// metric above (the router's queue in it, so a wake is sized for what waits instead of one
 /// pod), and a `scaleToZero` block whose activation query reads what the router in front of the
 /// model holds (requests at the gateway plus those the pods have in flight; it exists at zero),

@@ -1,6 +1,6 @@
 //! The spec's objective, in the control law's terms: the rules it is judged and learned by, and
 //! the PromQL the operator composes from its selector. The controller reads exactly these
-//! queries; the README's objective section and `tests/vllm_conformance.rs` run them against a
+//! queries; docs/concepts.md's objective section and `tests/vllm_conformance.rs` run them against a
 //! real Prometheus.
 
 use thiserror::Error;
