@@ -553,6 +553,10 @@ fn bad_values_are_refused_at_install_time() {
             "additional properties 'replicas' not allowed",
         ),
         (vec!["manager.replicas=two"], "/manager/replicas"),
+        (
+            vec!["commonLabels.app\\.kubernetes\\.io/part-of=platform"],
+            "commonLabels.app.kubernetes.io/part-of: the chart sets this label itself",
+        ),
         (vec!["manager.logFormat=xml"], "/manager/logFormat"),
         (
             vec!["externalMetrics.certificate.source=vault"],
