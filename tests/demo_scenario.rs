@@ -20,8 +20,10 @@ use llmscaleoperator::api::LLMScalerSpec;
 use llmscaleoperator::api::behavior::{behavior, stages, target_type};
 use llmscaleoperator::api::validation::parse_target;
 use llmscaleoperator::scaling::{
-    Bounds, Input, Memory, MetricReading, Signal, Stored, TargetState, effective_startup, law,
+    Bounds, Input, Memory, MetricReading, Signal, SkipReason, Stored, TargetState, Unreadable,
+    effective_startup, law,
 };
+use llmscaleoperator::signals::prometheus::QueryError;
 use llmscaleoperator_sim::fleet::{Fleet, FleetConfig};
 use llmscaleoperator_sim::trace::Trace;
 use serde::Deserialize;
@@ -58,9 +60,19 @@ fn demo_spec() -> LLMScalerSpec {
     serde_json::from_value(scaler["spec"].clone()).unwrap()
 }
 
-/// One run of the demo: per simulated second, the load, the pods and the misses so far.
+/// The demo at one step of simulated time.
+struct Row {
+    /// Requests per second arriving.
+    rate: f64,
+    /// Pods of the Deployment (`spec.replicas`; kwok makes them Ready at once).
+    pods: usize,
+    /// Requests that missed the TTFT objective so far.
+    misses: u64,
+}
+
+/// One run of the demo, a row per step, and the requests that arrived in all.
 struct Run {
-    rows: Vec<(f64, f64, usize, u64)>,
+    rows: Vec<Row>,
     arrived: u64,
 }
 
@@ -109,13 +121,9 @@ fn run_demo() -> Run {
             let input = Input {
                 signal: Signal::Ratio(vec![MetricReading {
                     name: "busy".into(),
-                    value: scraped.ok_or_else(|| {
-                        llmscaleoperator::scaling::SkipReason::Unavailable(
-                            llmscaleoperator::scaling::Unreadable::new(std::io::Error::other(
-                                "no series yet",
-                            )),
-                        )
-                    }),
+                    // What the controller reads for a query with no series yet.
+                    value: scraped
+                        .ok_or_else(|| SkipReason::Unavailable(Unreadable::new(QueryError::Empty))),
                     target: parse_target(&metric.target).unwrap(),
                     kind: target_type(metric.target_type),
                 }]),
@@ -150,12 +158,11 @@ fn run_demo() -> Run {
                 fleet.set_pods(names.clone());
             }
         }
-        rows.push((
-            fleet.now().as_secs_f64(),
-            trace.rate(fleet.now()),
-            names.len(),
-            fleet.totals().slo_violations,
-        ));
+        rows.push(Row {
+            rate: trace.rate(fleet.now()),
+            pods: names.len(),
+            misses: fleet.totals().slo_violations,
+        });
     }
     Run {
         rows,
@@ -166,48 +173,43 @@ fn run_demo() -> Run {
 #[test]
 fn the_demo_scales_up_on_the_burst_and_down_after_it() {
     let run = run_demo();
-    if std::env::var_os("DEMO_TRACE_ROWS").is_some() {
-        for r in run.rows.iter().step_by(50) {
-            eprintln!("{:6.0} {:5.1} {:2} {}", r.0, r.1, r.2, r.3);
-        }
-    }
-    let base = run.rows[0].1;
+    let base = run.rows[0].rate;
     let in_burst = |rate: f64| rate > 2.0 * base;
-    let start = run.rows.iter().position(|r| in_burst(r.1)).unwrap();
-    let end = run.rows.iter().rposition(|r| in_burst(r.1)).unwrap();
+    let start = run.rows.iter().position(|r| in_burst(r.rate)).unwrap();
+    let end = run.rows.iter().rposition(|r| in_burst(r.rate)).unwrap();
     let (before, burst, after) = (
         &run.rows[..start],
         &run.rows[start..=end],
         &run.rows[end + 1..],
     );
-    let pods = |rows: &[(f64, f64, usize, u64)]| rows.iter().map(|r| r.2).max().unwrap();
+    let pods = |rows: &[Row]| rows.iter().map(|r| r.pods).max().unwrap();
     let summary = format!(
         "pods before {}, in the burst {}, at the end {}; misses before {}, to the end of the burst \
          {}, in all {} of {} requests",
         pods(before),
         pods(burst),
-        run.rows.last().unwrap().2,
-        before.last().unwrap().3,
-        burst.last().unwrap().3,
-        run.rows.last().unwrap().3,
+        run.rows.last().unwrap().pods,
+        before.last().unwrap().misses,
+        burst.last().unwrap().misses,
+        run.rows.last().unwrap().misses,
         run.arrived
     );
     // The quiet start fits the one pod there: no cold-start scale-up before the burst.
     assert_eq!(pods(before), 1, "{summary}");
-    assert_eq!(before.last().unwrap().3, 0, "{summary}");
+    assert_eq!(before.last().unwrap().misses, 0, "{summary}");
     // The burst needs more pods than the fleet has, and gets them.
     assert!(pods(burst) >= 3, "{summary}");
     // No scale-down while the burst lasts: the count never falls inside it.
     assert!(
-        burst.windows(2).all(|w| w[1].2 >= w[0].2),
+        burst.windows(2).all(|w| w[1].pods >= w[0].pods),
         "a scale-down in the burst: {summary}"
     );
     // Misses come with the burst's first minutes, while the new pods load, and stop there.
-    let misses = run.rows.last().unwrap().3;
+    let misses = run.rows.last().unwrap().misses;
     assert!(misses > 0, "{summary}");
     assert_eq!(
         misses,
-        burst.last().unwrap().3,
+        burst.last().unwrap().misses,
         "misses after the burst: {summary}"
     );
     assert!(
@@ -216,8 +218,8 @@ fn the_demo_scales_up_on_the_burst_and_down_after_it() {
     );
     // And the fleet comes back down after it.
     assert!(
-        run.rows.last().unwrap().2 < pods(burst),
+        run.rows.last().unwrap().pods < pods(burst),
         "no scale-down after the burst: {summary}"
     );
-    assert!(after.iter().any(|r| r.2 == 1), "{summary}");
+    assert!(after.iter().any(|r| r.pods == 1), "{summary}");
 }

@@ -92,11 +92,25 @@ async fn helm_upgrades_and_server_side_applies_meet_the_operators_replicas_as_do
 
     // With the operator stopped, each step shows what the tool alone does to spec.replicas.
     drop(operator);
-    // 1. An upgrade of a chart that renders `replicas: 1` resets the fleet to 1.
-    ok(
-        helm(&["upgrade", "w", &chart, "--set", "revision=2"]),
-        "helm upgrade",
-    );
+    // A `helm upgrade` that changes the pods' annotation, rendering `replicas` or not.
+    let upgrade = |revision: u32, autoscaled: bool| {
+        let revision = format!("revision={revision}");
+        let autoscaled = format!("autoscaling.enabled={autoscaled}");
+        ok(
+            helm(&[
+                "upgrade",
+                "w",
+                &chart,
+                "--set",
+                &revision,
+                "--set",
+                &autoscaled,
+            ]),
+            &format!("helm upgrade {revision} {autoscaled}"),
+        );
+    };
+    // 1. An upgrade of a chart that renders `replicas: 1` resets the fleet to 1 ...
+    upgrade(2, false);
     assert_eq!(env.spec_replicas("vllm").await, 1, "the upgrade resets it");
     // ... until the operator's next sync writes its count back.
     let operator = Operator::start(&env.client, &env.ns);
@@ -105,18 +119,7 @@ async fn helm_upgrades_and_server_side_applies_meet_the_operators_replicas_as_do
 
     // 2. The upgrade that stops rendering it: Helm deletes the field the old manifest set, so the
     //    Deployment defaults to 1 once more.
-    ok(
-        helm(&[
-            "upgrade",
-            "w",
-            &chart,
-            "--set",
-            "revision=3",
-            "--set",
-            "autoscaling.enabled=true",
-        ]),
-        "helm upgrade without replicas",
-    );
+    upgrade(3, true);
     assert_eq!(
         env.spec_replicas("vllm").await,
         1,
@@ -126,18 +129,7 @@ async fn helm_upgrades_and_server_side_applies_meet_the_operators_replicas_as_do
     env.wait_ready("vllm", 3).await;
     drop(operator);
     // 3. After that, upgrades leave the operator's count alone.
-    ok(
-        helm(&[
-            "upgrade",
-            "w",
-            &chart,
-            "--set",
-            "revision=4",
-            "--set",
-            "autoscaling.enabled=true",
-        ]),
-        "helm upgrade again",
-    );
+    upgrade(4, true);
     assert_eq!(env.spec_replicas("vllm").await, 3, "later upgrades keep it");
 
     // 4. Server-side apply, as Argo CD (ServerSideApply=true) and Flux apply: without

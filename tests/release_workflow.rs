@@ -65,7 +65,14 @@ fn runs(job: &Value) -> Vec<&str> {
 }
 
 fn runs_containing(job: &Value, needle: &str) -> bool {
-    runs(job).iter().any(|r| r.contains(needle))
+    step_running(job, needle).is_some()
+}
+
+/// The first step of `job` whose `run:` script contains `needle`.
+fn step_running<'a>(job: &'a Value, needle: &str) -> Option<&'a Value> {
+    steps(job)
+        .into_iter()
+        .find(|s| s["run"].as_str().is_some_and(|r| r.contains(needle)))
 }
 
 fn uses_action(job: &Value, action: &str) -> bool {
@@ -332,14 +339,7 @@ fn secrets_reach_scripts_only_through_env() {
     assert!(secret_inputs > 0, "no secret is passed at all");
     let release = parse(RELEASE);
     let chart = &jobs(&release)["chart"];
-    let login = steps(chart)
-        .into_iter()
-        .find(|s| {
-            s["run"]
-                .as_str()
-                .is_some_and(|r| r.contains("helm registry login"))
-        })
-        .expect("the chart job logs helm in");
+    let login = step_running(chart, "helm registry login").expect("the chart job logs helm in");
     assert!(
         login["run"].as_str().unwrap().contains("--password-stdin"),
         "the token is not on helm's command line"
@@ -740,13 +740,7 @@ fn the_release_attaches_plain_install_manifests() {
         .values()
         .find(|j| runs_containing(j, "gh release create"))
         .expect("a job creates the GitHub release");
-    let render = steps(job)
-        .into_iter()
-        .find(|s| {
-            s["run"]
-                .as_str()
-                .is_some_and(|r| r.contains("scripts/release-manifests.sh"))
-        })
+    let render = step_running(job, "scripts/release-manifests.sh")
         .expect("the release job renders the manifests");
     assert!(
         render["env"]["IMAGE_DIGEST"]

@@ -167,6 +167,19 @@ struct Pod {
     counters: PodCounters,
 }
 
+impl Pod {
+    /// An empty pod, cold cache, that takes requests from `useful_at`.
+    fn useful_from(useful_at: Duration) -> Self {
+        Self {
+            useful_at,
+            running: Vec::new(),
+            waiting: VecDeque::new(),
+            kv_used: 0,
+            counters: PodCounters::default(),
+        }
+    }
+}
+
 /// One pod as its metrics show it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodView<'a> {
@@ -272,15 +285,11 @@ impl Fleet {
                 }
             }
         }
+        let useful_at = self.now + self.config.startup_delay;
         for name in wanted {
-            let useful_at = self.now + self.config.startup_delay;
-            self.pods.entry(name).or_insert_with(|| Pod {
-                useful_at,
-                running: Vec::new(),
-                waiting: VecDeque::new(),
-                kv_used: 0,
-                counters: PodCounters::default(),
-            });
+            self.pods
+                .entry(name)
+                .or_insert_with(|| Pod::useful_from(useful_at));
         }
     }
 
@@ -294,13 +303,9 @@ impl Fleet {
     {
         let now = self.now;
         for name in names {
-            self.pods.entry(name.into()).or_insert_with(|| Pod {
-                useful_at: now,
-                running: Vec::new(),
-                waiting: VecDeque::new(),
-                kv_used: 0,
-                counters: PodCounters::default(),
-            });
+            self.pods
+                .entry(name.into())
+                .or_insert_with(|| Pod::useful_from(now));
         }
     }
 

@@ -814,10 +814,14 @@ mod tests {
             (
                 s.current_replicas,
                 s.desired_replicas,
+                s.replicas,
                 s.observed_generation
             ),
-            (1, 2, Some(4))
+            (1, 2, Some(2), Some(4))
         );
+        // A sync that wrote nothing (a dry run, a standby) shows the count it found.
+        let unwritten = render(None, &scaler, &plain(&d, &target, false), t(0));
+        assert_eq!(unwritten.replicas, Some(1));
         assert_eq!(condition(&s, READY).status, "True");
         assert_eq!(condition(&s, SCALING_ACTIVE).status, "True");
         assert_eq!(condition(&s, SCALING_LIMITED).reason, "TooManyReplicas");

@@ -50,9 +50,7 @@ impl ObjectiveRules {
             prior: prior.clamp(FLOOR, CEILING),
         }
     }
-}
 
-impl ObjectiveRules {
     /// The estimate a sync starts from: the stored one, or the prior for a fleet without one.
     pub fn starting(&self, stored: Option<Capacity>) -> Capacity {
         stored.unwrap_or(Capacity::prior(self.prior))
