@@ -1,11 +1,21 @@
 //! `make bench`: what the operator itself costs, and how fast it reacts.
 //!
 //! Cost: the release binary runs as a process of its own against the local control plane with
-//! 100, 1,000 and 5,000 LLMScalers, each scaling its own Deployment on a steady metric served by a
-//! loopback stand-in for Prometheus. Over one minute at each size it reads the operator's CPU
-//! time, resident and peak memory (/proc), the apiserver requests per sync (kube-apiserver's own
-//! `apiserver_request_total`, reads and writes apart, on the resources the operator uses) and the
-//! PromQL queries per sync.
+//! 100, 1,000, 5,000 and 20,000 LLMScalers, each scaling its own Deployment on a steady metric.
+//! Up to 5,000 the metric comes from a real Prometheus (Debian's, its defaults); above, from a
+//! loopback stand-in that answers every query at once, so that the operator, not a Prometheus
+//! sharing its two cores, is what is measured. Over one minute at each size it reads the
+//! operator's CPU time, resident and peak memory (/proc), the syncs against those due (4 per
+//! scaler and minute), how late they ran (the operator's own `sync_lateness_seconds`), the
+//! apiserver requests per sync (kube-apiserver's own `apiserver_request_total`, reads and writes
+//! apart, on the resources the operator uses) and the PromQL queries per sync.
+//!
+//! Arguments (after `--`): `--sizes 100,5000` measures only those sizes, `--no-reaction` and
+//! `--no-restart` skip those parts, `--stand-in-above N` moves the limit above which the
+//! stand-in answers, `--replicas N` runs N replicas dividing the fleet by shards instead (and
+//! neither the reaction nor the restart). `LLMSCALER_BENCH_OPERATOR=<path>` runs another build
+//! of the operator (an older one, to compare), and `LLMSCALER_BENCH_PERF=1` records each window
+//! with `perf record` (target/bench/perf-<size>.data).
 //!
 //! Reaction: one scaler on a 2 s sync period; the metric steps up and down 50 times, each at a
 //! random phase of the sync timer; the time from the step to spec.replicas written, p50 and p99,
@@ -39,13 +49,15 @@ use support::{cluster_client, cpu_time, kubeconfig_path, memory_kib};
 
 const COST_NAMESPACE: &str = "llmscaler-cost";
 const REACTION_NAMESPACE: &str = "llmscaler-reaction";
-const SIZES: [usize; 3] = [100, 1_000, 5_000];
+const SIZES: [usize; 4] = [100, 1_000, 5_000, 20_000];
+/// Above this many scalers the stand-in answers the queries (see the top of the file).
+const REAL_PROMETHEUS_UP_TO: usize = 5_000;
 const WINDOW: Duration = Duration::from_secs(60);
 /// The default syncPeriodSeconds, which the cost scalers keep.
 const SYNC_PERIOD: Duration = Duration::from_secs(15);
 const REACTION_PERIOD_SECONDS: u64 = 2;
 const STEPS: usize = 50;
-const CREATE_CONCURRENCY: usize = 32;
+const CREATE_CONCURRENCY: usize = 48;
 /// Sizes at which the load on Prometheus is measured around a restart.
 const BURST_SIZES: [usize; 2] = [1_000, 5_000];
 /// How long a restart is watched: two sync periods and the start-up.
@@ -70,7 +82,59 @@ fn main() {
     runtime.block_on(run());
 }
 
+/// What to run, from the command line (see the top of the file).
+struct Options {
+    sizes: Vec<usize>,
+    reaction: bool,
+    restart: bool,
+    real_prometheus_up_to: usize,
+    perf: bool,
+    /// Operator replicas sharing the fleet by shards (1: one replica, no election).
+    replicas: usize,
+}
+
+impl Options {
+    fn parse() -> Self {
+        let mut options = Self {
+            sizes: SIZES.to_vec(),
+            reaction: true,
+            restart: true,
+            real_prometheus_up_to: REAL_PROMETHEUS_UP_TO,
+            perf: std::env::var_os("LLMSCALER_BENCH_PERF").is_some_and(|v| v == "1"),
+            replicas: 1,
+        };
+        let mut args = std::env::args().skip(1);
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "--sizes" => {
+                    options.sizes = args
+                        .next()
+                        .unwrap_or_default()
+                        .split(',')
+                        .map(|n| n.trim().replace('_', "").parse().unwrap())
+                        .collect();
+                    options.sizes.sort_unstable();
+                }
+                "--no-reaction" => options.reaction = false,
+                "--no-restart" => options.restart = false,
+                "--stand-in-above" => {
+                    options.real_prometheus_up_to =
+                        args.next().unwrap_or_default().parse().unwrap();
+                }
+                "--replicas" => {
+                    options.replicas = args.next().unwrap_or_default().parse().unwrap();
+                    assert!(options.replicas >= 1, "--replicas: at least 1");
+                }
+                // `cargo bench` passes --bench to every bench target.
+                _ => {}
+            }
+        }
+        options
+    }
+}
+
 async fn run() {
+    let options = Options::parse();
     let profile =
         std::fs::read_to_string(kubeconfig_path().with_file_name("profile")).unwrap_or_default();
     if profile.trim() == "full" {
@@ -82,32 +146,47 @@ async fn run() {
     let client = cluster_client().await;
     install_crd(&client).await;
 
-    // The cost scalers query a real Prometheus (its defaults: 20 queries at once), which also
-    // says how many queries it answered and turned away.
-    let exporter = Exporter::start(SIZES[SIZES.len() - 1], 1.0).await;
-    let cost_prometheus = Prometheus::scraping(exporter.addr).await;
-    cost_prometheus
-        .wait_for_series("vllm:kv_cache_usage_perc", SIZES[SIZES.len() - 1])
-        .await;
+    if options.replicas > 1 {
+        sharded(&client, &options).await;
+        return;
+    }
+    let CostServers {
+        exporter: _exporter,
+        prometheus: cost_prometheus,
+        stand_in: cost_stand_in,
+    } = CostServers::start(&options).await;
     let reaction_prometheus = StandIn::start(1.0).await;
     let mut operator = OperatorProcess::start().await;
     println!(
-        "operator pid {} (log: {})",
+        "operator {} pid {} (log: {})",
+        operator_binary().display(),
         operator.pid(),
         operator.log.display()
     );
 
-    let reaction = reaction(&client, &operator, &reaction_prometheus).await;
-    // Its fast-syncing scaler must not count in the cost figures.
-    clear(&client, REACTION_NAMESPACE).await;
+    let reaction = match options.reaction {
+        true => {
+            let reaction = reaction(&client, &operator, &reaction_prometheus).await;
+            // Its fast-syncing scaler must not count in the cost figures.
+            clear(&client, REACTION_NAMESPACE).await;
+            Some(reaction)
+        }
+        false => None,
+    };
 
     let mut rows = Vec::new();
     let mut bursts = Vec::new();
     let mut created = 0;
+    let mut server = cost_prometheus.url.clone();
     fresh_namespace(&client, COST_NAMESPACE).await;
-    for size in SIZES {
+    for &size in &options.sizes {
         let started = Instant::now();
-        grow(&client, created, size, &cost_prometheus.url).await;
+        let real = size <= options.real_prometheus_up_to;
+        if !real && server != cost_stand_in.url {
+            server = cost_stand_in.url.clone();
+            repoint(&client, created, &server).await;
+        }
+        grow(&client, created, size, &server).await;
         created = size;
         wait_synced(&client, COST_NAMESPACE, size).await;
         println!(
@@ -116,13 +195,21 @@ async fn run() {
             WINDOW.as_secs()
         );
         tokio::time::sleep(SYNC_PERIOD + Duration::from_secs(2)).await;
-        let before = Reading::take(&client, &operator, &cost_prometheus).await;
+        let queries = match real {
+            true => Queries::Prometheus(&cost_prometheus),
+            false => Queries::StandIn(&cost_stand_in),
+        };
+        let before = Reading::take(&client, &operator, &queries).await;
+        let perf = options.perf.then(|| perf_record(operator.pid(), size));
         tokio::time::sleep(WINDOW).await;
-        let after = Reading::take(&client, &operator, &cost_prometheus).await;
-        let row = Row::between(size, &before, &after, &operator);
+        let after = Reading::take(&client, &operator, &queries).await;
+        if let Some(mut perf) = perf {
+            let _ = perf.wait();
+        }
+        let row = Row::between(size, real, &before, &after, &operator);
         println!("{}", row.line());
         rows.push(row);
-        if BURST_SIZES.contains(&size) {
+        if options.restart && real && BURST_SIZES.contains(&size) {
             // The operator restarts with every scaler to sync, as after an upgrade; then, with
             // it stopped, what it did before syncs were spread and bounded is replayed. The
             // replay goes last: it leaves Prometheus busy with abandoned queries for a while,
@@ -140,7 +227,7 @@ async fn run() {
     }
     clear(&client, COST_NAMESPACE).await;
 
-    let report = report(&rows, &bursts, &reaction);
+    let report = report(&rows, &bursts, reaction.as_ref());
     println!("\n{report}");
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench");
     std::fs::create_dir_all(&dir).unwrap();
@@ -148,7 +235,191 @@ async fn run() {
     println!("written to target/bench/operator.md");
 }
 
+/// What the cost scalers query: a real Prometheus (its defaults: 20 queries at once, and it
+/// says how many queries it answered and turned away) scraping one series per model up to the
+/// real-Prometheus limit, and for the fleets above it a stand-in (a Prometheus sharing the two
+/// cores would be the bottleneck).
+struct CostServers {
+    exporter: Exporter,
+    prometheus: Prometheus,
+    stand_in: StandIn,
+}
+
+impl CostServers {
+    async fn start(options: &Options) -> Self {
+        let real_models = options
+            .sizes
+            .iter()
+            .copied()
+            .filter(|&n| n <= options.real_prometheus_up_to)
+            .max()
+            .unwrap_or(1);
+        let exporter = Exporter::start(real_models, 1.0).await;
+        let prometheus = Prometheus::scraping(exporter.addr).await;
+        prometheus
+            .wait_for_series("vllm:kv_cache_usage_perc", real_models)
+            .await;
+        Self {
+            exporter,
+            prometheus,
+            stand_in: StandIn::start(1.0).await,
+        }
+    }
+}
+
+// ---------------------------------------------------------------- replicas sharing the fleet
+
+/// `--replicas N`: N operator replicas divide the fleet by shards (`--shards N`, each shard led
+/// through its own Lease), and each size is measured per replica: its syncs against the share of
+/// the due syncs its shards hold, its CPU per sync, its memory. To compare with one replica
+/// carrying a third of the fleet, run the bench without `--replicas` at that size.
+async fn sharded(client: &kube::Client, options: &Options) {
+    let n = options.replicas;
+    let CostServers {
+        exporter: _exporter,
+        prometheus,
+        stand_in,
+    } = CostServers::start(options).await;
+    fresh_namespace(client, COST_NAMESPACE).await;
+    let extra: Vec<String> = [
+        "--leader-elect",
+        "--leader-elect-namespace",
+        COST_NAMESPACE,
+        "--shards",
+        &n.to_string(),
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let mut operators = Vec::new();
+    for i in 0..n {
+        let op = OperatorProcess::start_with(&extra, &format!("operator-bench-{i}.log")).await;
+        println!("replica {i}: pid {} (log: {})", op.pid(), op.log.display());
+        operators.push(op);
+    }
+    // Every shard led, by one replica each.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let mut led = Vec::new();
+        for op in &operators {
+            led.push(op.sum("llmscaleoperator_shards_led", "").await);
+        }
+        if led.iter().all(|&l| l == 1.0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "shards not divided: {led:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    let mut lines = Vec::new();
+    let mut created = 0;
+    let mut server = prometheus.url.clone();
+    for &size in &options.sizes {
+        let real = size <= options.real_prometheus_up_to;
+        if !real && server != stand_in.url {
+            server = stand_in.url.clone();
+            repoint(client, created, &server).await;
+        }
+        grow(client, created, size, &server).await;
+        created = size;
+        wait_synced(client, COST_NAMESPACE, size).await;
+        tokio::time::sleep(SYNC_PERIOD + Duration::from_secs(2)).await;
+        let queries = match real {
+            true => Queries::Prometheus(&prometheus),
+            false => Queries::StandIn(&stand_in),
+        };
+        let fleet = Fleet::take(client, &queries).await;
+        let mut before = Vec::new();
+        for op in &operators {
+            before.push(Reading::of(op, &fleet).await);
+        }
+        tokio::time::sleep(WINDOW).await;
+        let fleet = Fleet::take(client, &queries).await;
+        let mut after = Vec::new();
+        for op in &operators {
+            after.push(Reading::of(op, &fleet).await);
+        }
+        let rows: Vec<Row> = operators
+            .iter()
+            .zip(before.iter().zip(&after))
+            .map(|(op, (b, a))| Row::between(size, real, b, a, op))
+            .collect();
+        let due = size as f64 * 60.0 / SYNC_PERIOD.as_secs_f64();
+        let total: f64 = rows.iter().map(|r| r.syncs_per_minute).sum();
+        // The apiserver's and the query server's counts are the whole fleet's.
+        let syncs = total * after[0].at.duration_since(before[0].at).as_secs_f64() / 60.0;
+        let requests: f64 = after[0]
+            .requests
+            .iter()
+            .map(|(verb, count)| count - before[0].requests.get(verb).copied().unwrap_or(0.0))
+            .sum();
+        for (i, row) in rows.iter().enumerate() {
+            let line = format!(
+                "| {size} | {i} | {:.0} ({:.1}% of the fleet's due) | {} | {:.3} | {:.1} | {:.1} |",
+                row.syncs_per_minute,
+                100.0 * row.syncs_per_minute / due,
+                row.lateness_p99
+                    .map_or_else(|| "—".to_owned(), |s| format!("{s:.3}")),
+                row.cpu_ms_per_sync,
+                row.rss_kib as f64 / 1024.0,
+                row.peak_kib as f64 / 1024.0,
+            );
+            println!("{line}");
+            lines.push(line);
+        }
+        let summary = format!(
+            "| {size} | all | {total:.0} ({:.1}% of due) | | {:.3} (mean) | {:.1} (mean) | | apiserver requests/sync {:.4}, queries/sync {:.2} |",
+            100.0 * total / due,
+            rows.iter().map(|r| r.cpu_ms_per_sync).sum::<f64>() / n as f64,
+            rows.iter().map(|r| r.rss_kib as f64 / 1024.0).sum::<f64>() / n as f64,
+            requests.abs() / syncs.max(1.0),
+            (after[0].queries - before[0].queries) / syncs.max(1.0),
+        );
+        println!("{summary}");
+        lines.push(summary);
+    }
+    clear(client, COST_NAMESPACE).await;
+    let mut report = format!(
+        "## Operator cost with {n} replicas sharing the fleet (--shards {n}, sync period {} s)\n\n",
+        SYNC_PERIOD.as_secs()
+    );
+    report.push_str("| scalers (fleet) | replica | syncs/min | lateness p99 s | CPU ms/sync | RSS MiB | peak RSS MiB |\n");
+    report.push_str("| --- | --- | --- | --- | --- | --- | --- |\n");
+    for line in &lines {
+        report.push_str(line);
+        report.push('\n');
+    }
+    println!("\n{report}");
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(format!("operator-{n}-replicas.md")), &report).unwrap();
+    println!("written to target/bench/operator-{n}-replicas.md");
+}
+
 // ---------------------------------------------------------------- the operator under test
+
+/// This build's operator, or the one `LLMSCALER_BENCH_OPERATOR` names.
+fn operator_binary() -> std::path::PathBuf {
+    std::env::var_os("LLMSCALER_BENCH_OPERATOR").map_or_else(
+        || std::path::PathBuf::from(env!("CARGO_BIN_EXE_llmscaleoperator")),
+        std::path::PathBuf::from,
+    )
+}
+
+/// `perf record` of the operator for one window, with call graphs from the unwind tables.
+fn perf_record(pid: u32, size: usize) -> Child {
+    let out = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("target/bench/perf-{size}.data"));
+    Command::new("perf")
+        .args(["record", "-F", "199", "--call-graph", "dwarf,16384", "-o"])
+        .arg(out)
+        .args(["-p", &pid.to_string(), "--", "sleep"])
+        .arg(WINDOW.as_secs().to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
 
 /// The release binary as a child process; killed when dropped.
 struct OperatorProcess {
@@ -160,6 +431,11 @@ struct OperatorProcess {
 
 impl OperatorProcess {
     async fn start() -> Self {
+        Self::start_with(&[], "operator-bench.log").await
+    }
+
+    /// The operator with `extra` arguments, logging to target/bench/`log_name`.
+    async fn start_with(extra: &[String], log_name: &str) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -167,13 +443,20 @@ impl OperatorProcess {
             .port();
         let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench");
         std::fs::create_dir_all(&dir).unwrap();
-        let log = dir.join("operator-bench.log");
+        let log = dir.join(log_name);
         let file = std::fs::File::create(&log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_llmscaleoperator"))
+        let child = Command::new(operator_binary())
             .arg("--kubeconfig")
             .arg(kubeconfig_path())
             .args(["--health-address", &format!("127.0.0.1:{port}")])
             .args(["--disable-extmetrics", "--log-level", "warn"])
+            // Only the bench's own scalers: other tests' scalers on a shared control plane would
+            // count in its figures.
+            .args([
+                "--namespace",
+                &format!("{COST_NAMESPACE},{REACTION_NAMESPACE}"),
+            ])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())
             .stderr(file)
@@ -206,27 +489,30 @@ impl OperatorProcess {
         self.child.id()
     }
 
-    /// Syncs so far, all scalers and results together.
-    async fn syncs(&self) -> f64 {
-        self.sum("llmscaleoperator_syncs_total{", "").await
-    }
-
-    /// The sum of the series starting with `prefix` whose labels contain `with`.
-    async fn sum(&self, prefix: &str, with: &str) -> f64 {
-        let text = self
-            .http
+    /// The operator's own /metrics.
+    async fn exposition(&self) -> String {
+        self.http
             .get(&self.metrics_url)
             .send()
             .await
             .unwrap()
             .text()
             .await
-            .unwrap();
-        text.lines()
-            .filter(|l| l.starts_with(prefix) && l.contains(with))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+            .unwrap()
     }
+
+    /// The sum of the series starting with `prefix` whose labels contain `with`.
+    async fn sum(&self, prefix: &str, with: &str) -> f64 {
+        sum_of(&self.exposition().await, prefix, with)
+    }
+}
+
+/// The sum of the series of `text` starting with `prefix` whose labels contain `with`.
+fn sum_of(text: &str, prefix: &str, with: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(prefix) && l.contains(with))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 impl Drop for OperatorProcess {
@@ -243,17 +529,21 @@ impl Drop for OperatorProcess {
 struct StandIn {
     url: String,
     value: Arc<AtomicU64>,
+    /// Queries answered so far.
+    answered: Arc<AtomicU64>,
 }
 
 #[derive(Clone)]
 struct StandInState {
     value: Arc<AtomicU64>,
+    answered: Arc<AtomicU64>,
 }
 
 impl StandIn {
     async fn start(value: f64) -> Self {
         let state = StandInState {
             value: Arc::new(AtomicU64::new(value.to_bits())),
+            answered: Arc::default(),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -264,6 +554,7 @@ impl StandIn {
         Self {
             url,
             value: state.value,
+            answered: state.answered,
         }
     }
 
@@ -274,6 +565,7 @@ impl StandIn {
 
 async fn answer(State(state): State<StandInState>) -> impl axum::response::IntoResponse {
     let value = f64::from_bits(state.value.load(Ordering::SeqCst));
+    state.answered.fetch_add(1, Ordering::Relaxed);
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -332,18 +624,24 @@ async fn clear(client: &kube::Client, namespace: &str) {
     let scalers: Api<LLMScaler> = Api::namespaced(client.clone(), namespace);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
     let all = ListParams::default();
-    scalers
-        .delete_collection(&DeleteParams::default(), &all)
-        .await
-        .unwrap();
-    deployments
-        .delete_collection(&DeleteParams::default(), &all)
-        .await
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(300);
+    let deadline = Instant::now() + Duration::from_secs(600);
     loop {
-        let left = scalers.list_metadata(&all).await.unwrap().items.len()
-            + deployments.list_metadata(&all).await.unwrap().items.len();
+        // A collection of thousands can outlast the request (the apiserver goes on deleting):
+        // asked again until nothing is left.
+        let _ = scalers
+            .delete_collection(&DeleteParams::default(), &all)
+            .await;
+        let _ = deployments
+            .delete_collection(&DeleteParams::default(), &all)
+            .await;
+        let left = scalers
+            .list_metadata(&all)
+            .await
+            .map_or(1, |l| l.items.len())
+            + deployments
+                .list_metadata(&all)
+                .await
+                .map_or(1, |l| l.items.len());
         if left == 0 {
             return;
         }
@@ -438,37 +736,87 @@ async fn grow(client: &kube::Client, from: usize, to: usize, server: &str) {
         .await;
 }
 
-/// Waits until every scaler of the namespace has reported a sync that decided 1 replica.
+/// Points scalers `0..count` at `server` (a spec change: each syncs again at once).
+async fn repoint(client: &kube::Client, count: usize, server: &str) {
+    let scalers: Api<LLMScaler> = Api::namespaced(client.clone(), COST_NAMESPACE);
+    let patch = json!({ "spec": { "serverAddress": server } });
+    futures::stream::iter(0..count)
+        .map(|i| {
+            let (scalers, patch) = (&scalers, &patch);
+            async move {
+                scalers
+                    .patch(
+                        &format!("model-{i}"),
+                        &PatchParams::default(),
+                        &Patch::Merge(patch),
+                    )
+                    .await
+                    .unwrap();
+            }
+        })
+        .buffer_unordered(CREATE_CONCURRENCY)
+        .collect::<Vec<()>>()
+        .await;
+}
+
+/// Waits until every scaler of the namespace has reported a sync that decided 1 replica (and
+/// read from the server it names now).
 async fn wait_synced(client: &kube::Client, namespace: &str, count: usize) {
     let scalers: Api<LLMScaler> = Api::namespaced(client.clone(), namespace);
-    let deadline = Instant::now() + Duration::from_secs(600);
+    let deadline = Instant::now() + Duration::from_secs(1200);
+    // Listing a big fleet is work for the apiserver too, which shares the cores.
+    let every = Duration::from_secs(if count > 5_000 { 10 } else { 2 });
     loop {
-        let list = scalers.list(&ListParams::default()).await.unwrap();
-        let synced = list
-            .items
-            .iter()
-            .filter(|s| {
-                s.status.as_ref().is_some_and(|st| {
-                    st.desired_replicas == 1
-                        && st
-                            .conditions
-                            .iter()
-                            .any(|c| c.type_ == "Ready" && c.status == "True")
+        let mut synced = 0;
+        let mut page = ListParams::default().limit(1_000);
+        loop {
+            let list = scalers.list(&page).await.unwrap();
+            synced += list
+                .items
+                .iter()
+                .filter(|s| {
+                    s.status.as_ref().is_some_and(|st| {
+                        st.desired_replicas == 1
+                            && st.observed_generation == s.metadata.generation
+                            && st
+                                .conditions
+                                .iter()
+                                .any(|c| c.type_ == "Ready" && c.status == "True")
+                    })
                 })
-            })
-            .count();
+                .count();
+            match list.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => page = page.continue_token(&token),
+                None => break,
+            }
+        }
         if synced >= count {
             return;
         }
         assert!(
             Instant::now() < deadline,
-            "only {synced} of {count} scalers synced within 10 minutes"
+            "only {synced} of {count} scalers synced within 20 minutes"
         );
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        tokio::time::sleep(every).await;
     }
 }
 
 // ---------------------------------------------------------------- cost
+
+/// Where the cost scalers' queries go, and how many it answered.
+enum Queries<'a> {
+    Prometheus(&'a Prometheus),
+    StandIn(&'a StandIn),
+}
+
+impl Queries<'_> {
+    async fn total(&self) -> f64 {
+        match self {
+            Self::Prometheus(prometheus) => prometheus.queries().await.total(),
+            Self::StandIn(stand_in) => stand_in.answered.load(Ordering::Relaxed) as f64,
+        }
+    }
+}
 
 /// Counters read at one instant.
 struct Reading {
@@ -478,26 +826,105 @@ struct Reading {
     queries: f64,
     /// apiserver_request_total on the operator's resources, by verb.
     requests: BTreeMap<String, f64>,
+    /// The operator's `sync_lateness_seconds` buckets: upper bound, cumulative count.
+    lateness: Vec<(f64, f64)>,
+    /// The operator's `query_duration_seconds` buckets (its turn at the server included).
+    query_duration: Vec<(f64, f64)>,
 }
 
 impl Reading {
     async fn take(
         client: &kube::Client,
         operator: &OperatorProcess,
-        prometheus: &Prometheus,
+        queries: &Queries<'_>,
     ) -> Self {
+        let fleet = Fleet::take(client, queries).await;
+        Self::of(operator, &fleet).await
+    }
+
+    /// The operator's own counters, with the fleet's read once for every replica.
+    async fn of(operator: &OperatorProcess, fleet: &Fleet) -> Self {
+        let own = operator.exposition().await;
+        Self {
+            at: Instant::now(),
+            cpu: cpu_time(operator.pid()),
+            syncs: sum_of(&own, "llmscaleoperator_syncs_total{", ""),
+            queries: fleet.queries,
+            requests: fleet.requests.clone(),
+            lateness: buckets(&own, "llmscaleoperator_sync_lateness_seconds_bucket"),
+            query_duration: buckets(&own, "llmscaleoperator_query_duration_seconds_bucket"),
+        }
+    }
+}
+
+/// What the whole fleet's operators did, read at one instant: the queries the server answered
+/// and the apiserver's requests on the operator's resources.
+struct Fleet {
+    queries: f64,
+    requests: BTreeMap<String, f64>,
+}
+
+impl Fleet {
+    async fn take(client: &kube::Client, queries: &Queries<'_>) -> Self {
         let text = client
             .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
             .await
             .unwrap();
         Self {
-            at: Instant::now(),
-            cpu: cpu_time(operator.pid()),
-            syncs: operator.syncs().await,
-            queries: prometheus.queries().await.total(),
+            queries: queries.total().await,
             requests: requests_by_verb(&text),
         }
     }
+}
+
+/// A histogram's cumulative buckets in an exposition, by upper bound (`+Inf` last).
+fn buckets(text: &str, name: &str) -> Vec<(f64, f64)> {
+    let mut buckets: Vec<(f64, f64)> = support::samples(text, name)
+        .into_iter()
+        .filter_map(|(labels, count)| {
+            let le = labels.get("le")?;
+            let bound = match le.as_str() {
+                "+Inf" => f64::INFINITY,
+                le => le.parse().ok()?,
+            };
+            Some((bound, count))
+        })
+        .collect();
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    buckets
+}
+
+/// The `q` quantile of the observations between two readings of cumulative buckets, linear
+/// within a bucket as PromQL's `histogram_quantile`; `None` without observations (or without
+/// the histogram: an older build).
+fn quantile_between(before: &[(f64, f64)], after: &[(f64, f64)], q: f64) -> Option<f64> {
+    let counts: Vec<(f64, f64)> = after
+        .iter()
+        .map(|(bound, n)| {
+            let earlier = before
+                .iter()
+                .find(|(b, _)| b == bound)
+                .map_or(0.0, |(_, n)| *n);
+            (*bound, n - earlier)
+        })
+        .collect();
+    let total = counts.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    let rank = q * total;
+    let mut lower = (0.0, 0.0);
+    for &(bound, count) in &counts {
+        if count >= rank {
+            if bound.is_infinite() {
+                return Some(lower.0);
+            }
+            let share = (rank - lower.1) / (count - lower.1).max(f64::MIN_POSITIVE);
+            return Some(lower.0 + (bound - lower.0) * share);
+        }
+        lower = (bound, count);
+    }
+    Some(lower.0)
 }
 
 /// Sums `apiserver_request_total` over the operator's resources, by verb.
@@ -522,6 +949,8 @@ fn is_read(verb: &str) -> bool {
 
 struct Row {
     scalers: usize,
+    /// Whether a real Prometheus answered (else the stand-in).
+    real: bool,
     syncs_per_minute: f64,
     cpu_seconds_per_minute: f64,
     cpu_ms_per_sync: f64,
@@ -530,12 +959,21 @@ struct Row {
     reads_per_sync: f64,
     writes_per_sync: f64,
     queries_per_sync: f64,
+    lateness_p50: Option<f64>,
+    lateness_p99: Option<f64>,
+    query_p99: Option<f64>,
     /// Requests of the window by verb, for the notes.
     verbs: BTreeMap<String, f64>,
 }
 
 impl Row {
-    fn between(scalers: usize, before: &Reading, after: &Reading, op: &OperatorProcess) -> Self {
+    fn between(
+        scalers: usize,
+        real: bool,
+        before: &Reading,
+        after: &Reading,
+        op: &OperatorProcess,
+    ) -> Self {
         let minutes = after.at.duration_since(before.at).as_secs_f64() / 60.0;
         let syncs = (after.syncs - before.syncs).max(1.0);
         let verbs: BTreeMap<String, f64> = after
@@ -554,6 +992,7 @@ impl Row {
         let cpu = after.cpu.saturating_sub(before.cpu).as_secs_f64();
         Self {
             scalers,
+            real,
             syncs_per_minute: syncs / minutes,
             cpu_seconds_per_minute: cpu / minutes,
             cpu_ms_per_sync: cpu * 1000.0 / syncs,
@@ -562,15 +1001,29 @@ impl Row {
             reads_per_sync: reads / syncs,
             writes_per_sync: writes / syncs,
             queries_per_sync: (after.queries - before.queries) / syncs,
+            lateness_p50: quantile_between(&before.lateness, &after.lateness, 0.5),
+            lateness_p99: quantile_between(&before.lateness, &after.lateness, 0.99),
+            query_p99: quantile_between(&before.query_duration, &after.query_duration, 0.99),
             verbs,
         }
     }
 
+    /// Syncs due per minute: one per scaler and sync period.
+    fn due_per_minute(&self) -> f64 {
+        self.scalers as f64 * 60.0 / SYNC_PERIOD.as_secs_f64()
+    }
+
     fn line(&self) -> String {
+        let seconds = |q: Option<f64>| q.map_or_else(|| "—".to_owned(), |s| format!("{s:.3}"));
         format!(
-            "| {} | {:.0} | {:.2} | {:.3} | {:.1} | {:.1} | {:.4} | {:.4} | {:.2} |",
+            "| {} | {} | {:.0} ({:.1}%) | {} | {} | {} | {:.2} | {:.3} | {:.1} | {:.1} | {:.4} | {:.4} | {:.2} |",
             self.scalers,
+            if self.real { "Prometheus" } else { "stand-in" },
             self.syncs_per_minute,
+            100.0 * self.syncs_per_minute / self.due_per_minute(),
+            seconds(self.lateness_p50),
+            seconds(self.lateness_p99),
+            seconds(self.query_p99),
             self.cpu_seconds_per_minute,
             self.cpu_ms_per_sync,
             self.rss_kib as f64 / 1024.0,
@@ -818,7 +1271,7 @@ async fn reaction(
 
 // ---------------------------------------------------------------- report
 
-fn report(rows: &[Row], bursts: &[Burst], reaction: &Reaction) -> String {
+fn report(rows: &[Row], bursts: &[Burst], reaction: Option<&Reaction>) -> String {
     let mut out = String::new();
     writeln!(
         out,
@@ -826,10 +1279,10 @@ fn report(rows: &[Row], bursts: &[Burst], reaction: &Reaction) -> String {
         SYNC_PERIOD.as_secs()
     )
     .unwrap();
-    writeln!(out, "| scalers | syncs/min | CPU s/min | CPU ms/sync | RSS MiB | peak RSS MiB | apiserver reads/sync | apiserver writes/sync | PromQL queries/sync |").unwrap();
+    writeln!(out, "| scalers | answered by | syncs/min (% of due) | lateness p50 s | lateness p99 s | query p99 s | CPU s/min | CPU ms/sync | RSS MiB | peak RSS MiB | apiserver reads/sync | apiserver writes/sync | PromQL queries/sync |").unwrap();
     writeln!(
         out,
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     )
     .unwrap();
     for row in rows {
@@ -842,6 +1295,14 @@ fn report(rows: &[Row], bursts: &[Burst], reaction: &Reaction) -> String {
             out,
             "\nResident memory grows by {per_scaler:.1} KiB per scaler from {} to {} scalers (goal: < 10 KiB).",
             first.scalers, last.scalers
+        )
+        .unwrap();
+        writeln!(
+            out,
+            "CPU per sync at {} scalers is {:.2}× that at {} (goal: within 1.5×).",
+            last.scalers,
+            last.cpu_ms_per_sync / first.cpu_ms_per_sync.max(f64::MIN_POSITIVE),
+            first.scalers
         )
         .unwrap();
     }
@@ -871,6 +1332,9 @@ fn report(rows: &[Row], bursts: &[Burst], reaction: &Reaction) -> String {
          \"gave up\" is its own count of queries without a usable value."
     )
     .unwrap();
+    let Some(reaction) = reaction else {
+        return out;
+    };
     let period = reaction.period.as_secs_f64();
     let p50 = reaction.quantile(0.5).as_secs_f64();
     let p99 = reaction.quantile(0.99).as_secs_f64();

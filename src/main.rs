@@ -17,6 +17,7 @@ use llmscaleoperator::extmetrics::certs::{self, Policy, Source};
 use llmscaleoperator::extmetrics::registration::Registrar;
 use llmscaleoperator::extmetrics::review::Reviewer;
 use llmscaleoperator::extmetrics::server::{ApiState, serve, watch_request_header};
+use llmscaleoperator::leader::sharded::ShardConfig;
 use llmscaleoperator::leader::{self, Election, Leadership, LeaseConfig, Timing};
 use llmscaleoperator::metric_cache::MetricCache;
 use llmscaleoperator::signals::{self, http::HttpError};
@@ -205,6 +206,20 @@ struct RunArgs {
     )]
     leader_elect_lease_seconds: u64,
 
+    /// Divide the scalers among the replicas: each scaler belongs to one of this many shards (a
+    /// hash of its uid), each shard is led through a Lease of its own
+    /// (<lease>-shard-<i>-of-<n>), and each replica leads its share of them, evaluating and
+    /// writing only their scalers; the external metrics API of any replica still serves every
+    /// scaler (the others' from their status). 1: one Lease, one writer, every replica
+    /// evaluates every scaler. Every replica must run with the same count.
+    #[arg(
+        long,
+        env = "LLMSCALER_SHARDS",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(leader::sharded::MAX_SHARDS))
+    )]
+    shards: u32,
+
     /// CA bundle (PEM) for the APIService when --extmetrics-tls-cert-file is given.
     #[arg(long, env = "LLMSCALER_EXTMETRICS_TLS_CA_FILE", value_name = "PATH")]
     extmetrics_tls_ca_file: Option<PathBuf>,
@@ -254,6 +269,8 @@ enum MainError {
     TaskStopped(#[from] TaskStopped),
     #[error("cannot start the async runtime")]
     Runtime(#[source] std::io::Error),
+    #[error("--shards {0} needs --leader-elect: each shard is led through a Lease")]
+    ShardsWithoutElection(u32),
 }
 
 fn main() -> ExitCode {
@@ -293,6 +310,9 @@ fn run(args: RunArgs) -> Result<(), MainError> {
 }
 
 async fn run_async(args: RunArgs) -> Result<(), MainError> {
+    if args.shards > 1 && !args.leader_elect {
+        return Err(MainError::ShardsWithoutElection(args.shards));
+    }
     let allowed = signals::allow::AllowList::parse(&args.allowed_server_address)?;
     signals::gate::configure(args.max_requests_per_server);
     let config = client_config(&args).await?;
@@ -343,6 +363,7 @@ async fn run_async(args: RunArgs) -> Result<(), MainError> {
     supervisor.spawn_service("signal handler", cancel_on_signal(shutdown.clone()));
 
     tracing::info!(health = %args.health_address, "operator running");
+    metrics.shards.set(i64::from(args.shards));
     let election = args.leader_elect.then(|| {
         let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
             format!(
@@ -351,20 +372,40 @@ async fn run_async(args: RunArgs) -> Result<(), MainError> {
                 std::process::id()
             )
         });
+        let namespace = args
+            .leader_elect_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .unwrap_or_else(|| "default".to_owned());
+        let timing = Timing::for_lease(Duration::from_secs(args.leader_elect_lease_seconds));
+        if args.shards > 1 {
+            let config = ShardConfig {
+                namespace,
+                name: args.leader_elect_lease.clone(),
+                identity,
+                timing,
+                shards: args.shards,
+            };
+            tracing::info!(lease = %config.name, namespace = %config.namespace, identity = %config.identity, shards = config.shards, "campaigning for a share of the shards");
+            let (leader, led) = (metrics.leader.clone(), metrics.shards_led.clone());
+            let (election, campaign) = leader::sharded::start(client.clone(), config, move |n| {
+                leader.set(i64::from(n > 0));
+                led.set(i64::try_from(n).unwrap_or(i64::MAX));
+            });
+            supervisor.spawn_final_service("leader election", campaign);
+            return election;
+        }
         let config = LeaseConfig {
-            namespace: args
-                .leader_elect_namespace
-                .clone()
-                .or_else(|| std::env::var("POD_NAMESPACE").ok())
-                .unwrap_or_else(|| "default".to_owned()),
+            namespace,
             name: args.leader_elect_lease.clone(),
             identity,
-            timing: Timing::for_lease(Duration::from_secs(args.leader_elect_lease_seconds)),
+            timing,
         };
         tracing::info!(lease = %config.name, namespace = %config.namespace, identity = %config.identity, "campaigning for leadership");
-        let gauge = metrics.leader.clone();
+        let (leader, led) = (metrics.leader.clone(), metrics.shards_led.clone());
         let (election, campaign) = leader::start(client.clone(), config, move |leading| {
-            gauge.set(i64::from(leading));
+            leader.set(i64::from(leading));
+            led.set(i64::from(leading));
         });
         supervisor.spawn_final_service("leader election", campaign);
         election
@@ -374,6 +415,7 @@ async fn run_async(args: RunArgs) -> Result<(), MainError> {
         .map_or_else(Leadership::always, Election::leadership);
     if election.is_none() {
         metrics.leader.set(1);
+        metrics.shards_led.set(1);
     }
     let cache = MetricCache::default();
     if !args.disable_extmetrics {

@@ -696,6 +696,12 @@ fn invalid_cases() -> Vec<Case> {
             json!("0.1"),
             vec!["spec.objective.initialRequestsPerPod", "from 0.25 to 256"],
         ),
+        (
+            "an objective with an empty pendingQuery",
+            "pendingQuery",
+            json!(""),
+            vec!["spec.objective.pendingQuery", "at least 1 chars long"],
+        ),
     ] {
         cases.push(Case {
             what,

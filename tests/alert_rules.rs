@@ -48,7 +48,7 @@ fn every_metric_the_rules_read_is_served_by_the_operator() {
     // One scaler's series in every family (an empty family is not exposed at all).
     use llmscaleoperator::controller::FailureReason;
     use llmscaleoperator::telemetry::metrics::{
-        FailureLabels, MetricLabels, Metrics, ScalerLabels, SyncLabels, SyncResult,
+        FailureLabels, MetricLabels, Metrics, ScalerLabels, SyncLabels, SyncResult, scaler_labels,
     };
     let metrics = Metrics::default();
     let scaler = ScalerLabels {
@@ -90,7 +90,7 @@ fn every_metric_the_rules_read_is_served_by_the_operator() {
         std::time::Duration::from_millis(3),
         false,
     );
-    metrics.set_condition("prod", "llama", "ObjectiveMet", false);
+    metrics.set_condition(&scaler_labels("prod", "llama"), "ObjectiveMet", false);
     let exposition = metrics.encode().unwrap();
     let served: BTreeSet<String> = exposition
         .lines()
@@ -102,6 +102,7 @@ fn every_metric_the_rules_read_is_served_by_the_operator() {
         let family = metric
             .strip_suffix("_total")
             .or_else(|| metric.strip_suffix("_count"))
+            .or_else(|| metric.strip_suffix("_bucket"))
             .unwrap_or(metric);
         assert!(
             served.contains(family),

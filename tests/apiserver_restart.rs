@@ -82,13 +82,18 @@ async fn actions(env: &Env) -> Vec<(String, i32)> {
         .collect()
 }
 
-/// The one action whose note contains `fragment`, reported once.
+/// The one action whose note contains `fragment`, reported once. A sync publishes its events
+/// after its writes, so the event is waited for; once there, it must be the only one, counted once.
 async fn acted_once(env: &Env, fragment: &str) {
-    let matching: Vec<_> = actions(env)
-        .await
-        .into_iter()
-        .filter(|(note, _)| note.contains(fragment))
-        .collect();
+    let matching = common::eventually(&format!("an event {fragment:?}"), WAIT, || async {
+        let matching: Vec<_> = actions(env)
+            .await
+            .into_iter()
+            .filter(|(note, _)| note.contains(fragment))
+            .collect();
+        (!matching.is_empty()).then_some(matching)
+    })
+    .await;
     assert!(
         matching.len() == 1 && matching[0].1 == 1,
         "{fragment:?} must be reported exactly once: {:?}",

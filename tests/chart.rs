@@ -91,6 +91,7 @@ const TOGGLES: &[&[&str]] = &[
     ],
     &["metrics.serviceMonitor.enabled=true"],
     &["leaderElection.enabled=false", "manager.replicas=1"],
+    &["leaderElection.shards=6", "manager.replicas=3"],
     &["networkPolicy.enabled=true"],
     &["metrics.secure.enabled=true"],
     &[
@@ -620,10 +621,58 @@ fn bad_values_are_refused_at_install_time() {
             "/metrics/prometheusRule/alerts/LLMScaleOperatorNoLeader/for",
         ),
         (vec!["nameOverride=1"], "/nameOverride"),
+        (vec!["leaderElection.shards=0"], "/leaderElection/shards"),
+        (vec!["leaderElection.shards=65"], "/leaderElection/shards"),
+        (
+            vec![
+                "leaderElection.shards=2",
+                "leaderElection.enabled=false",
+                "manager.replicas=1",
+            ],
+            "leaderElection.shards > 1 needs leaderElection.enabled",
+        ),
     ] {
         let error = render(&sets).expect_err(&format!("{sets:?} must be refused"));
         assert!(error.contains(fragment), "{sets:?}: {error}");
     }
+}
+
+/// Shards: the flag reaches the operator, and the leader Role lets it list the Leases and write
+/// the shard and member Leases (names it cannot know in advance: pod names); without shards the
+/// Role stays on the one Lease by name.
+#[test]
+fn shards_reach_the_operator_with_the_leases_they_need() {
+    let objects = render(&["leaderElection.shards=6", "manager.replicas=3"]).unwrap();
+    let sharded = args(&objects);
+    assert!(sharded.contains(&"--shards=6".to_owned()), "{sharded:?}");
+    assert!(
+        sharded.contains(&"--leader-elect".to_owned()),
+        "{sharded:?}"
+    );
+    let leader = find(&objects, "Role", "t-llmscaleoperator-leader").unwrap();
+    assert_eq!(
+        leader["rules"],
+        serde_json::json!([
+            { "apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"] },
+            { "apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+              "verbs": ["list", "update", "delete"] }
+        ])
+    );
+
+    let objects = render(&[]).unwrap();
+    assert!(
+        !args(&objects).iter().any(|a| a.starts_with("--shards")),
+        "one shard is the operator's default: no flag"
+    );
+    let leader = find(&objects, "Role", "t-llmscaleoperator-leader").unwrap();
+    assert_eq!(
+        leader["rules"][1]["resourceNames"],
+        serde_json::json!(["t-llmscaleoperator"])
+    );
+    assert_eq!(
+        leader["rules"][1]["verbs"],
+        serde_json::json!(["get", "update"])
+    );
 }
 
 #[test]

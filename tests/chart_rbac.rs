@@ -243,6 +243,8 @@ const SCENARIOS: &[&str] = &[
 struct World<'a> {
     env: &'a Env,
     fullname: String,
+    /// leaderElection.shards (1: the one leader Lease).
+    shards: u32,
     port: u16,
     reader_token: String,
 }
@@ -304,13 +306,30 @@ impl World<'_> {
             "holds the leader Lease" => {
                 let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
                     Api::namespaced(client.clone(), ns);
-                leases
-                    .get_opt(&self.fullname)
-                    .await
-                    .ok()
-                    .flatten()
-                    .and_then(|l| l.spec?.holder_identity)
-                    .is_some_and(|h| !h.is_empty())
+                let names: Vec<String> = if self.shards > 1 {
+                    (0..self.shards)
+                        .map(|i| {
+                            llmscaleoperator::leader::sharded::shard_lease(
+                                &self.fullname,
+                                i,
+                                self.shards,
+                            )
+                        })
+                        .collect()
+                } else {
+                    vec![self.fullname.clone()]
+                };
+                let mut held = true;
+                for name in names {
+                    held &= leases
+                        .get_opt(&name)
+                        .await
+                        .ok()
+                        .flatten()
+                        .and_then(|l| l.spec?.holder_identity)
+                        .is_some_and(|h| !h.is_empty());
+                }
+                held
             }
             other => panic!("unknown scenario {other}"),
         }
@@ -458,20 +477,21 @@ async fn prepare(env: &mut Env, fullname: &str) -> String {
 }
 
 /// Runs the operator as the chart's ServiceAccount with `removal` taken from its RBAC (the
-/// namespaced variant of the chart when `namespaced`); returns the scenarios that passed within
-/// `budget` (all of them ends the run early).
+/// namespaced variant of the chart when `namespaced`, with `shards` when above 1); returns the
+/// scenarios that passed within `budget` (all of them ends the run early).
 async fn run(
     env: &mut Env,
     index: usize,
     removal: Option<&Removal>,
     namespaced: bool,
+    shards: u32,
     budget: Duration,
 ) -> BTreeSet<&'static str> {
     // One release name for every run: the cluster-wide objects of a run are gone before the next.
     let release = "rbac";
     let fullname = format!("{release}-llmscaleoperator");
     let reader_token = prepare(env, &fullname).await;
-    let sets = if namespaced {
+    let mut sets = if namespaced {
         vec![
             "rbac.namespaced=true".to_owned(),
             format!("watch.namespaces={{{}}}", env.ns),
@@ -479,6 +499,9 @@ async fn run(
     } else {
         Vec::new()
     };
+    if shards > 1 {
+        sets.push(format!("leaderElection.shards={shards}"));
+    }
     let rendered = helm_template(release, &env.ns, &sets);
     let rbac = without(&rendered, removal);
     apply(&env.client, &rbac).await;
@@ -511,6 +534,7 @@ async fn run(
     let world = World {
         env,
         fullname: fullname.clone(),
+        shards,
         port,
         reader_token,
     };
@@ -564,7 +588,7 @@ async fn the_charts_rbac_is_sufficient_and_every_rule_is_needed() {
     let first_ns = env.ns.clone();
 
     // Everything the chart grants: every scenario passes.
-    let passed = run(&mut env, 0, None, false, FULL_RUN).await;
+    let passed = run(&mut env, 0, None, false, 1, FULL_RUN).await;
     let missing = failed(&passed);
     assert!(
         missing.is_empty(),
@@ -577,7 +601,7 @@ async fn the_charts_rbac_is_sufficient_and_every_rule_is_needed() {
     assert!(removals.len() >= 10, "{removals:?}");
     let mut unneeded = Vec::new();
     for (i, removal) in removals.iter().enumerate() {
-        let passed = run(&mut env, i + 1, Some(removal), false, REDUCED_RUN).await;
+        let passed = run(&mut env, i + 1, Some(removal), false, 1, REDUCED_RUN).await;
         let broken = failed(&passed);
         eprintln!("without {removal}: failed {broken:?}");
         if broken.is_empty() {
@@ -602,11 +626,43 @@ async fn namespaced_rbac_is_enough_for_the_watched_namespaces() {
     // Served, so the conflict check watches ScaledObjects (and needs the rule to).
     common::install_scaledobject_crd(&env.client).await;
     let first_ns = env.ns.clone();
-    let passed = run(&mut env, 100, None, true, FULL_RUN).await;
+    let passed = run(&mut env, 100, None, true, 1, FULL_RUN).await;
     let missing = failed(&passed);
     assert!(
         missing.is_empty(),
         "with namespaced Roles these failed: {missing:?}"
     );
+    finish(env, first_ns).await;
+}
+
+/// leaderElection.shards: the sharded leader Role is enough to lead every shard (and so to do
+/// everything else), and each of its rules is needed.
+#[tokio::test]
+async fn sharded_rbac_leads_every_shard_and_every_lease_rule_is_needed() {
+    const SHARDS: u32 = 3;
+    let _turn = TURN.lock().await;
+    let mut env = Env::new("rbac-sharded").await;
+    common::install_leaderworkerset_crd(&env.client).await;
+    common::install_scaledobject_crd(&env.client).await;
+    let first_ns = env.ns.clone();
+    let passed = run(&mut env, 200, None, false, SHARDS, FULL_RUN).await;
+    let missing = failed(&passed);
+    assert!(
+        missing.is_empty(),
+        "with the sharded chart's RBAC these failed: {missing:?}"
+    );
+    let rendered = helm_template("rbac", "ns", &[format!("leaderElection.shards={SHARDS}")]);
+    let lease_rules: Vec<Removal> = removals(&rendered)
+        .into_iter()
+        .filter(|r| matches!(r, Removal::Rule { role, .. } if role.ends_with("-leader")))
+        .collect();
+    assert_eq!(lease_rules.len(), 2, "{lease_rules:?}");
+    for (i, removal) in lease_rules.iter().enumerate() {
+        let passed = run(&mut env, 201 + i, Some(removal), false, SHARDS, REDUCED_RUN).await;
+        assert!(
+            !failed(&passed).is_empty(),
+            "without {removal} every scenario still passed"
+        );
+    }
     finish(env, first_ns).await;
 }

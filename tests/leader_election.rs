@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use common::env::{Env, WAIT};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use serde_json::json;
 
@@ -87,37 +86,12 @@ async fn says_leader(replica: &Replica) -> Option<bool> {
 /// The `load` metric of scaler `vllm` as a replica's external metrics API serves it, read with
 /// the aggregator's front-proxy certificate.
 async fn served_value(env: &Env, replica: &Replica) -> Option<String> {
-    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), &env.ns);
-    let ca = secrets
-        .get("serving")
-        .await
-        .ok()?
-        .data?
-        .get("ca.crt")?
-        .0
-        .clone();
-    let pki = common::kubeconfig_path().parent().unwrap().join("pki");
-    let mut pem = std::fs::read(pki.join("front-proxy-client.crt")).unwrap();
-    pem.extend(std::fs::read(pki.join("front-proxy-client.key")).unwrap());
-    let client = reqwest::Client::builder()
-        .tls_certs_only([reqwest::Certificate::from_pem(&ca).ok()?])
-        .identity(reqwest::Identity::from_pem(&pem).unwrap())
-        .timeout(Duration::from_secs(5))
-        .build()
-        .unwrap();
-    let answer: serde_json::Value = client
-        .get(format!(
-            "https://localhost:{}/apis/external.metrics.k8s.io/v1beta1/namespaces/{}/load?labelSelector=llmscaler%3Dvllm",
-            replica.api_port, env.ns
-        ))
-        .header("X-Remote-User", "test")
-        .header("X-Remote-Group", "system:masters")
-        .send()
-        .await
-        .ok()?
-        .json()
-        .await
-        .ok()?;
+    let answer = common::external_metrics_as_aggregator(
+        env,
+        replica.api_port,
+        "load?labelSelector=llmscaler%3Dvllm",
+    )
+    .await?;
     answer["items"][0]["value"].as_str().map(str::to_owned)
 }
 
@@ -219,8 +193,15 @@ async fn one_leader_writes_and_a_standby_takes_over_when_it_dies() {
     // The new leader writes.
     set_max(&env, 4).await;
     env.wait_ready("vllm", 4).await;
-    let after = reporters(&env).await;
-    assert!(after.iter().any(|r| r == standby_name), "{after:?}");
+    // Its event follows its writes: waited for.
+    common::eventually("an event from the new leader", WAIT, || async {
+        reporters(&env)
+            .await
+            .iter()
+            .any(|r| r == standby_name)
+            .then_some(())
+    })
+    .await;
     for mut replica in replicas.into_iter().filter(|r| r.name == standby_name) {
         assert!(common::interrupt(&mut replica.child, WAIT).await.success());
     }

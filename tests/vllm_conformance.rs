@@ -432,6 +432,31 @@ async fn samples_and_readme_queries_read_a_real_vllm_scrape_and_scale() {
             let series = evaluate(&prometheus, query).await;
             assert_eq!(series.len(), 1, "{query}: {series:?}");
         }
+        // A pendingQuery (a router's queue; two series here, summed): read alone while no pod is
+        // Ready, and spread over the engines beside their own requests otherwise. The fleets
+        // are idle now, so the engines' part holds still between the reads.
+        let mut pending = objective.clone();
+        pending.pending_query =
+            Some("label_replace(vector(1), \"router\", \"a\", \"\", \"\") or label_replace(vector(2), \"router\", \"b\", \"\", \"\")".into());
+        let p = llmscaleoperator::api::objective::queries(&pending).unwrap();
+        let value = |series: Vec<Value>| -> f64 {
+            assert_eq!(series.len(), 1, "{series:?}");
+            series[0]["value"][1].as_str().unwrap().parse().unwrap()
+        };
+        assert_eq!(value(evaluate(&prometheus, p.in_flight_at(0)).await), 3.0);
+        let engines = value(
+            evaluate(
+                &prometheus,
+                &format!("count(vllm:num_requests_running{{{ns_matcher}, app=\"{app}\"}})"),
+            )
+            .await,
+        );
+        let alone = value(evaluate(&prometheus, &q.in_flight).await);
+        let with_pending = value(evaluate(&prometheus, p.in_flight_at(1)).await);
+        assert!(
+            (with_pending - (alone + 3.0 / engines)).abs() < 1e-9,
+            "{app}: {with_pending} != {alone} + 3 / {engines}"
+        );
         // An increase needs two scrapes of the series in its window.
         let queue = common::eventually("a queue-time histogram over a minute", WAIT, || async {
             buckets(q.queue.clone()).await.ok()

@@ -165,6 +165,11 @@ impl Operator {
                 stated[field] = value.to_string().into();
             }
         }
+        // Where the fleet may go to zero, the router's queue is named as the objective's
+        // pending requests, as docs/concepts.md's "Scale to zero" advises.
+        if bounds.min == 0 {
+            stated["pendingQuery"] = "sum(gateway_pending)".into();
+        }
         let spec = json!({"metrics": null, "objective": stated});
         let mut operator = Self::with(bounds, spec);
         operator.label = if prior == DEFAULT_PRIOR {
@@ -313,12 +318,21 @@ impl Policy for Operator {
             + SignedDuration::from_millis((view.now * 1000.0) as i64);
         // Under an objective, its composed in-flight query, (sum(running) + sum(waiting)) /
         // count(running), against the capacity learned so far (the law replaces the target).
+        // With a pendingQuery (the router's queue), it adds to the engines' count, and while no
+        // pod is Ready it is the whole reading.
+        let pending = self
+            .spec
+            .objective
+            .as_ref()
+            .and_then(|o| o.pending_query.as_ref())
+            .map(|_| gateway.ok_or_else(|| SkipReason::Unavailable(Unreadable::new(NoSeries))));
         let objective = self.spec.objective.is_some().then(|| MetricReading {
             name: OBJECTIVE_METRIC.into(),
-            value: if running.is_empty() {
-                Err(SkipReason::Unavailable(Unreadable::new(NoSeries)))
-            } else {
-                Ok(in_flight / running.len() as f64)
+            value: match pending {
+                Some(pending) if view.ready() == 0 => pending,
+                _ if running.is_empty() => Err(SkipReason::Unavailable(Unreadable::new(NoSeries))),
+                Some(pending) => pending.map(|p| (in_flight + p) / running.len() as f64),
+                None => Ok(in_flight / running.len() as f64),
             },
             target: f64::NAN,
             kind: TargetType::Value,

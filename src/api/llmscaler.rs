@@ -755,6 +755,17 @@ pub struct Objective {
         .message("objective.initialRequestsPerPod must be a quoted decimal from 0.25 to 256, e.g. \"4\""))]
     #[schemars(length(max = 32))]
     pub initial_requests_per_pod: Option<String>,
+
+    /// PromQL returning the requests that wait in front of the engines, e.g. a router's or
+    /// gateway's queue for this model (summed when it returns several series). They count as
+    /// demand beside the engines' own running and waiting requests, and while no pod is Ready
+    /// (waking from zero, or a fleet whose pods all restart) they are the demand: the fleet is
+    /// sized for them at the learned capacity at once, instead of one pod and a whole start-up
+    /// later. Append `or vector(0)` when the series exists only after a first request: a query
+    /// that returns nothing is a missing signal, never zero.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 4096))]
+    pub pending_query: Option<String>,
 }
 
 pub(crate) fn default_ttft_seconds() -> String {

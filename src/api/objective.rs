@@ -22,6 +22,8 @@ pub enum ObjectiveError {
         "objective.selector {selector:?} is not PromQL label matchers ({why}): write e.g. namespace=\"default\", model_name=\"my-model\""
     )]
     Selector { selector: String, why: String },
+    #[error("objective.pendingQuery is not PromQL ({why})")]
+    Pending { why: String },
 }
 
 /// Requests in flight per pod a fleet starts from without `initialRequestsPerPod`.
@@ -80,14 +82,29 @@ fn decimal(
 /// The PromQL the operator reads an objective with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Queries {
-    /// Requests running and waiting per serving engine: the signal the fleet is sized on.
+    /// Requests running and waiting per serving engine (and, with a `pendingQuery`, the requests
+    /// waiting in front of the engines spread over them): the signal the fleet is sized on.
     pub in_flight: String,
+    /// With a `pendingQuery`, what is read instead while no pod is Ready: the requests waiting in
+    /// front of the engines, the demand of the one replica a fleet wakes from.
+    pub waking: Option<String>,
     /// Requests running per engine, averaged over the last minute: the load the lesson is about.
     pub load: String,
     /// The last minute's queue times, summed over engines by bucket.
     pub queue: String,
     /// The last minute's times per output token, summed over engines by bucket.
     pub tpot: String,
+}
+
+impl Queries {
+    /// The in-flight query to read when `ready` pods serve: at none, the requests waiting in
+    /// front of the engines when the spec names them (the engines' series are gone by design).
+    pub fn in_flight_at(&self, ready: i32) -> &str {
+        match &self.waking {
+            Some(waking) if ready <= 0 => waking,
+            _ => &self.in_flight,
+        }
+    }
 }
 
 /// The queries an objective's selector composes; a selector PromQL cannot parse is refused.
@@ -105,8 +122,29 @@ pub fn queries(objective: &Objective) -> Result<Queries, ObjectiveError> {
     }
     let waiting = format!("vllm:num_requests_waiting{{{selector}}}");
     let buckets = |name: &str| format!("sum by (le) (increase({name}_bucket{{{selector}}}[1m]))");
+    // The user's query stays an operand of its own: parsed alone first, so that a query which
+    // would only parse once composed (an unbalanced parenthesis closed by ours) is refused.
+    let pending = match objective.pending_query.as_deref().map(str::trim) {
+        Some(query) => {
+            promql_parser::parser::parse(query).map_err(|why| ObjectiveError::Pending { why })?;
+            Some(format!("sum({query})"))
+        }
+        None => None,
+    };
+    let in_flight = match &pending {
+        // Without the engines' series the sum is empty, so is the whole value: pods that run
+        // but export nothing are a missing signal, not a fleet carrying only the router's queue.
+        Some(pending) => {
+            format!("(sum({running}) + sum({waiting}) + {pending}) / count({running})")
+        }
+        None => format!("(sum({running}) + sum({waiting})) / count({running})"),
+    };
+    for composed in std::iter::once(&in_flight).chain(&pending) {
+        promql_parser::parser::parse(composed).map_err(|why| ObjectiveError::Pending { why })?;
+    }
     Ok(Queries {
-        in_flight: format!("(sum({running}) + sum({waiting})) / count({running})"),
+        in_flight,
+        waking: pending,
         load: format!("avg(avg_over_time({running}[1m]))"),
         queue: buckets("vllm:request_queue_time_seconds"),
         tpot: buckets("vllm:request_time_per_output_token_seconds"),
@@ -142,6 +180,49 @@ mod tests {
         );
         for query in [&q.in_flight, &q.load, &q.queue, &q.tpot] {
             assert!(promql_parser::parser::parse(query).is_ok(), "{query}");
+        }
+    }
+
+    #[test]
+    fn pending_requests_add_to_the_engines_and_are_read_alone_while_none_is_ready() {
+        let mut o = objective("model_name=\"m\"");
+        let plain = queries(&o).unwrap();
+        assert_eq!(plain.waking, None);
+        assert_eq!(plain.in_flight_at(0), plain.in_flight);
+        o.pending_query = Some(" sum(router_queue{model=\"m\"}) or vector(0) ".into());
+        let q = queries(&o).unwrap();
+        let waking = "sum(sum(router_queue{model=\"m\"}) or vector(0))";
+        assert_eq!(q.waking.as_deref(), Some(waking));
+        assert_eq!(
+            q.in_flight,
+            format!(
+                "(sum(vllm:num_requests_running{{model_name=\"m\"}}) \
+                 + sum(vllm:num_requests_waiting{{model_name=\"m\"}}) + {waking}) \
+                 / count(vllm:num_requests_running{{model_name=\"m\"}})"
+            )
+        );
+        assert_eq!(q.in_flight_at(0), waking);
+        assert_eq!(q.in_flight_at(3), q.in_flight);
+        for query in [&q.in_flight, waking] {
+            assert!(promql_parser::parser::parse(query).is_ok(), "{query}");
+        }
+    }
+
+    #[test]
+    fn a_pending_query_that_is_not_promql_or_not_a_vector_is_refused() {
+        let mut o = objective("model_name=\"m\"");
+        // Unbalanced (it would close one of ours), not PromQL, a scalar where a vector is summed.
+        for bad in ["router_queue)", "router queue", "1 +", "3"] {
+            o.pending_query = Some(bad.into());
+            let error = queries(&o).unwrap_err();
+            assert!(
+                matches!(error, ObjectiveError::Pending { .. }),
+                "{bad}: {error:?}"
+            );
+            assert!(
+                error.to_string().contains("objective.pendingQuery"),
+                "{error}"
+            );
         }
     }
 

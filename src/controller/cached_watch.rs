@@ -55,6 +55,10 @@ macro_rules! compact_resource {
 }
 pub(crate) use compact_resource;
 
+/// Told each event of a watch once the reflector has applied it to the store (an index kept
+/// beside the store, see `conflicts`).
+pub type OnEvent<K> = Box<dyn Fn(&watcher::Event<K>, &Store<K>) + Send + Sync>;
+
 /// A watch of one kind and its in-memory store.
 pub struct CachedWatch<K: kube::Resource<DynamicType = ApiResource> + Clone + 'static> {
     pub resource: ApiResource,
@@ -78,6 +82,18 @@ where
         supervisor: &Supervisor,
         compact: fn(&DynamicObject) -> K,
     ) -> Self {
+        Self::start_observed(client, namespace, resource, supervisor, compact, None)
+    }
+
+    /// [`Self::start`], telling `on_event` each event after the store has it.
+    pub fn start_observed(
+        client: Client,
+        namespace: Option<&str>,
+        resource: ApiResource,
+        supervisor: &Supervisor,
+        compact: fn(&DynamicObject) -> K,
+        on_event: Option<OnEvent<K>>,
+    ) -> Self {
         let api: Api<DynamicObject> = match namespace {
             Some(ns) => Api::namespaced_with(client, ns, &resource),
             None => Api::all_with(client, &resource),
@@ -93,9 +109,13 @@ where
         let kind = resource.kind.clone();
         let shutdown = supervisor.shutdown();
         let (synced_tx, synced) = tokio::sync::watch::channel(false);
+        let applied = store.clone();
         // A watch that ended would leave a cache that looks synced and never changes again.
         supervisor.spawn_service(format!("{kind} watch"), async move {
             let run = stream.for_each(|event| {
+                if let (Some(on_event), Ok(event)) = (&on_event, &event) {
+                    on_event(event, &applied);
+                }
                 match event {
                     // The reflector has applied the event to the store before passing it on.
                     Ok(watcher::Event::InitDone) => {
@@ -116,6 +136,16 @@ where
             resource,
             store,
             synced,
+        }
+    }
+
+    /// A watch of nothing around `store`, for tests of what reads it.
+    #[cfg(test)]
+    pub fn for_test(resource: ApiResource, store: Store<K>) -> Self {
+        Self {
+            resource,
+            store,
+            synced: tokio::sync::watch::channel(true).1,
         }
     }
 

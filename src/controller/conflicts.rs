@@ -3,20 +3,26 @@
 //! `autoscaling/v2` HorizontalPodAutoscaler, a KEDA ScaledObject (when that API is served) or an
 //! older LLMScaler on its target, and writes nothing while one is there. Every lookup is in
 //! memory: the HPAs and ScaledObjects are watched, the LLMScalers are the controller's own cache.
+//!
+//! A lookup costs the same whatever the size of the fleet: each kind is indexed by the target it
+//! names ([`Claims`], [`ScalerIndex`]), and only the few objects filed under a scaler's own
+//! target are read, from the watch caches as they are now. A scan of every cached scaler at every
+//! sync was most of a sync's cost at 5,000 scalers (O(fleet²) work per period).
 
-use std::sync::{Arc, OnceLock};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::Value;
 use thiserror::Error;
-use tokio::sync::Mutex;
 
-use super::cached_watch::{CachedWatch, compact_resource};
+use super::cached_watch::{CachedWatch, OnEvent, compact_resource};
 use crate::api::{LLMScaler, TargetRef};
 use crate::supervisor::Supervisor;
 
@@ -24,6 +30,8 @@ use crate::supervisor::Supervisor;
 const SYNC_TIMEOUT: Duration = Duration::from_secs(20);
 /// How often to look again whether the KEDA API has appeared, while it is not served.
 const REDISCOVER: Duration = Duration::from_secs(300);
+/// How often the scaler index drops scalers that are gone and that no lookup has met since.
+const SWEEP: Duration = Duration::from_secs(300);
 
 const HPA_KIND: &str = "HorizontalPodAutoscaler";
 const SCALED_OBJECT_KIND: &str = "ScaledObject";
@@ -59,7 +67,7 @@ impl std::fmt::Display for Conflict {
 
 /// A scale target as the three kinds name it; the version does not matter (`apps/v1` and
 /// `apps/v1beta2` are the same Deployment).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 struct TargetKey {
     group: String,
     kind: String,
@@ -81,6 +89,15 @@ impl TargetKey {
 
     fn of(target: &TargetRef) -> Self {
         Self::new(&target.api_version, &target.kind, &target.name)
+    }
+
+    /// Whether `target` names this key, without allocating (asked at every sync).
+    fn is(&self, target: &TargetRef) -> bool {
+        let group = target
+            .api_version
+            .split_once('/')
+            .map_or("", |(group, _)| group);
+        self.group == group && self.kind == target.kind && self.name == target.name
     }
 }
 
@@ -139,11 +156,304 @@ impl Claim {
     }
 }
 
+/// The HPAs (or ScaledObjects) of one watch by the target they drive: namespace, target, then
+/// the names of the objects claiming it. Kept from the watch's own events, after the reflector
+/// has applied them to the store; a relist is filed afresh from the store when it is done.
+#[derive(Default)]
+pub struct Claims(Mutex<ClaimsInner>);
+
+#[derive(Default)]
+struct ClaimsInner {
+    by_target: HashMap<String, HashMap<TargetKey, BTreeSet<String>>>,
+    /// (namespace, name) → the target it is filed under.
+    filed: HashMap<(String, String), TargetKey>,
+}
+
+impl ClaimsInner {
+    fn file(&mut self, claim: &Claim) {
+        let (Some(namespace), Some(name)) = (&claim.metadata.namespace, &claim.metadata.name)
+        else {
+            return;
+        };
+        let at = (namespace.clone(), name.clone());
+        if self.filed.get(&at) == claim.target.as_ref() {
+            return;
+        }
+        self.unfile(namespace, name);
+        if let Some(target) = &claim.target {
+            self.by_target
+                .entry(namespace.clone())
+                .or_default()
+                .entry(target.clone())
+                .or_default()
+                .insert(name.clone());
+            self.filed.insert(at, target.clone());
+        }
+    }
+
+    fn unfile(&mut self, namespace: &str, name: &str) {
+        let Some(target) = self.filed.remove(&(namespace.to_owned(), name.to_owned())) else {
+            return;
+        };
+        if let Some(targets) = self.by_target.get_mut(namespace) {
+            if let Some(names) = targets.get_mut(&target) {
+                names.remove(name);
+                if names.is_empty() {
+                    targets.remove(&target);
+                }
+            }
+            if targets.is_empty() {
+                self.by_target.remove(namespace);
+            }
+        }
+    }
+}
+
+impl Claims {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ClaimsInner> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Keeps the index current with one event of the watch (already applied to `store`).
+    fn observe(&self, event: &watcher::Event<Claim>, store: &Store<Claim>) {
+        match event {
+            watcher::Event::Apply(claim) => self.lock().file(claim),
+            watcher::Event::Delete(claim) => {
+                if let (Some(namespace), Some(name)) =
+                    (&claim.metadata.namespace, &claim.metadata.name)
+                {
+                    self.lock().unfile(namespace, name);
+                }
+            }
+            // A relist replaces the store when it is done: file what it holds now.
+            watcher::Event::InitDone => {
+                let mut inner = ClaimsInner::default();
+                for claim in store.state() {
+                    inner.file(&claim);
+                }
+                *self.lock() = inner;
+            }
+            watcher::Event::Init | watcher::Event::InitApply(_) => {}
+        }
+    }
+
+    /// The first (by name) object of `watch` that claims `target` in `namespace`, read from its
+    /// store as it is now.
+    fn find(
+        &self,
+        watch: &CachedWatch<Claim>,
+        namespace: &str,
+        target: &TargetKey,
+    ) -> Option<Arc<Claim>> {
+        let names: Vec<String> = self
+            .lock()
+            .by_target
+            .get(namespace)
+            .and_then(|targets| targets.get(target))
+            .map(|names| names.iter().cloned().collect())
+            .unwrap_or_default();
+        names.iter().find_map(|name| {
+            let key = ObjectRef::new_with(name, watch.resource.clone()).within(namespace);
+            watch
+                .store
+                .get(&key)
+                .filter(|c| c.claims(namespace, target))
+        })
+    }
+}
+
+/// A watch of HPAs or ScaledObjects with its index by target.
+struct Indexed {
+    watch: CachedWatch<Claim>,
+    claims: Arc<Claims>,
+}
+
+impl Indexed {
+    fn start(
+        client: Client,
+        namespace: Option<&str>,
+        resource: ApiResource,
+        supervisor: &Supervisor,
+        compact: fn(&DynamicObject) -> Claim,
+    ) -> Arc<Self> {
+        let claims = Arc::new(Claims::default());
+        let index = claims.clone();
+        let on_event: OnEvent<Claim> = Box::new(move |event, store| index.observe(event, store));
+        let watch = CachedWatch::start_observed(
+            client,
+            namespace,
+            resource,
+            supervisor,
+            compact,
+            Some(on_event),
+        );
+        Arc::new(Self { watch, claims })
+    }
+
+    fn find(&self, namespace: &str, target: &TargetKey) -> Option<Arc<Claim>> {
+        self.claims.find(&self.watch, namespace, target)
+    }
+}
+
+/// The LLMScalers of one controller by the target they name, so that a sync reads only the
+/// scalers of its own target. Filed from the controller's cache once it is ready (the controller
+/// runs no sync before), then by each scaler's own syncs (its first comes at once when it is
+/// created or its spec changes), and checked against the cache at every lookup: a scaler that is
+/// gone, or that names another target now, is never taken for a claimant, and whether one is a
+/// dry run is read as it is now.
+#[derive(Default)]
+struct ScalerIndex {
+    /// namespace → target → uid → name.
+    by_target: HashMap<String, HashMap<TargetKey, BTreeMap<String, String>>>,
+    /// uid → (namespace, target, name) it is filed under.
+    filed: HashMap<String, (String, TargetKey, String)>,
+    seeded: bool,
+    swept: Option<Instant>,
+}
+
+impl ScalerIndex {
+    /// Files `scaler` under the target it names now.
+    fn file(&mut self, scaler: &LLMScaler) {
+        let (Some(uid), Some(namespace)) = (&scaler.metadata.uid, &scaler.metadata.namespace)
+        else {
+            return;
+        };
+        let name = scaler.name_any();
+        let target = &scaler.spec.target_ref;
+        if let Some((ns, key, filed_name)) = self.filed.get(uid)
+            && ns == namespace
+            && key.is(target)
+            && *filed_name == name
+        {
+            return;
+        }
+        self.unfile(uid);
+        let key = TargetKey::of(target);
+        self.by_target
+            .entry(namespace.clone())
+            .or_default()
+            .entry(key.clone())
+            .or_default()
+            .insert(uid.clone(), name.clone());
+        self.filed
+            .insert(uid.clone(), (namespace.clone(), key, name));
+    }
+
+    fn unfile(&mut self, uid: &str) {
+        let Some((namespace, key, _)) = self.filed.remove(uid) else {
+            return;
+        };
+        if let Some(targets) = self.by_target.get_mut(&namespace) {
+            if let Some(uids) = targets.get_mut(&key) {
+                uids.remove(uid);
+                if uids.is_empty() {
+                    targets.remove(&key);
+                }
+            }
+            if targets.is_empty() {
+                self.by_target.remove(&namespace);
+            }
+        }
+    }
+
+    /// [`Conflicts::register`].
+    fn register(&mut self, store: Option<&Store<LLMScaler>>, scaler: &LLMScaler) {
+        if !self.seeded
+            && let Some(store) = store
+        {
+            for cached in store.state() {
+                self.file(&cached);
+            }
+            self.seeded = true;
+            self.swept = Some(Instant::now());
+        }
+        self.file(scaler);
+        if let Some(store) = store
+            && self.swept.is_some_and(|at| at.elapsed() >= SWEEP)
+        {
+            self.sweep(store);
+            self.swept = Some(Instant::now());
+        }
+    }
+
+    /// The scalers filed under `target` in `namespace`: (uid, name).
+    fn filed_under(&self, namespace: &str, target: &TargetKey) -> Vec<(String, String)> {
+        self.by_target
+            .get(namespace)
+            .and_then(|targets| targets.get(target))
+            .map(|uids| uids.iter().map(|(u, n)| (u.clone(), n.clone())).collect())
+            .unwrap_or_default()
+    }
+
+    /// Drops every scaler `store` no longer holds (the same uid under the same name).
+    fn sweep(&mut self, store: &Store<LLMScaler>) {
+        let gone: Vec<String> = self
+            .filed
+            .iter()
+            .filter(|(uid, (namespace, _, name))| current(store, namespace, name, uid).is_none())
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in gone {
+            self.unfile(&uid);
+        }
+    }
+}
+
+/// The oldest other LLMScaler that writes `target` in `namespace` and came before `scaler` (see
+/// [`precedes`]): read from `store` as it is now, among the scalers `index` files under that
+/// target. Entries found stale on the way are mended.
+fn older_scaler(
+    index: &Mutex<ScalerIndex>,
+    store: &Store<LLMScaler>,
+    scaler: &LLMScaler,
+    namespace: &str,
+    target: &TargetKey,
+) -> Option<Arc<LLMScaler>> {
+    let lock = || index.lock().unwrap_or_else(PoisonError::into_inner);
+    // Copied out: the cache is read without holding the index.
+    let filed = lock().filed_under(namespace, target);
+    let mut oldest: Option<Arc<LLMScaler>> = None;
+    for (uid, name) in filed {
+        if scaler.metadata.uid.as_deref() == Some(uid.as_str()) {
+            continue;
+        }
+        let Some(other) = current(store, namespace, &name, &uid) else {
+            // Gone (or another incarnation under that name, filed by its own sync).
+            lock().unfile(&uid);
+            continue;
+        };
+        if !target.is(&other.spec.target_ref) {
+            // It names another target now: filed there.
+            lock().file(&other);
+            continue;
+        }
+        if super::annotations::is_dry_run(&other) || !precedes(&other, scaler) {
+            continue;
+        }
+        if oldest.as_ref().is_none_or(|o| precedes(&other, o)) {
+            oldest = Some(other);
+        }
+    }
+    oldest
+}
+
+/// The scaler `namespace/name` as the cache holds it now, if it is still the incarnation `uid`.
+fn current(
+    store: &Store<LLMScaler>,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+) -> Option<Arc<LLMScaler>> {
+    store
+        .get(&ObjectRef::new(name).within(namespace))
+        .filter(|s| s.metadata.uid.as_deref() == Some(uid))
+}
+
 /// Whether KEDA's API is served, as last discovered.
 enum Keda {
     Unknown,
     Absent { since: Instant },
-    Watched(Arc<CachedWatch<Claim>>),
+    Watched(Arc<Indexed>),
 }
 
 /// The conflict check of one controller (one watched namespace, or all).
@@ -151,10 +461,11 @@ pub struct Conflicts {
     client: Client,
     namespace: Option<String>,
     supervisor: Supervisor,
-    hpas: tokio::sync::OnceCell<Arc<CachedWatch<Claim>>>,
-    keda: Mutex<Keda>,
+    hpas: tokio::sync::OnceCell<Arc<Indexed>>,
+    keda: tokio::sync::Mutex<Keda>,
     /// The controller's own cache of LLMScalers, set once it exists.
     scalers: OnceLock<Store<LLMScaler>>,
+    index: Mutex<ScalerIndex>,
 }
 
 impl Conflicts {
@@ -164,8 +475,9 @@ impl Conflicts {
             namespace,
             supervisor,
             hpas: tokio::sync::OnceCell::new(),
-            keda: Mutex::new(Keda::Unknown),
+            keda: tokio::sync::Mutex::new(Keda::Unknown),
             scalers: OnceLock::new(),
+            index: Mutex::default(),
         }
     }
 
@@ -173,6 +485,27 @@ impl Conflicts {
     pub fn set_scalers(&self, store: Store<LLMScaler>) {
         // Set once per controller; a second call would be the same store.
         let _ = self.scalers.set(store);
+    }
+
+    fn index(&self) -> std::sync::MutexGuard<'_, ScalerIndex> {
+        self.index.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Files `scaler` under the target it names now; called at the start of each of its syncs,
+    /// before anything can fail. The first call files every cached scaler (the controller syncs
+    /// nothing before its cache is ready), and every few minutes scalers that are gone are
+    /// dropped.
+    pub fn register(&self, scaler: &LLMScaler) {
+        self.index().register(self.scalers.get(), scaler);
+    }
+
+    fn older_scaler(
+        &self,
+        scaler: &LLMScaler,
+        namespace: &str,
+        target: &TargetKey,
+    ) -> Option<Arc<LLMScaler>> {
+        older_scaler(&self.index, self.scalers.get()?, scaler, namespace, target)
     }
 
     /// The autoscaler that already drives `scaler`'s target, if any. Of two LLMScalers on one
@@ -185,12 +518,12 @@ impl Conflicts {
     ) -> Result<Option<Conflict>, ConflictCheckError> {
         let target = TargetKey::of(&scaler.spec.target_ref);
         if let Some(keda) = self.scaled_objects().await? {
-            if !keda.synced_within(SYNC_TIMEOUT).await {
+            if !keda.watch.synced_within(SYNC_TIMEOUT).await {
                 return Err(ConflictCheckError::NotSynced {
                     kind: SCALED_OBJECT_KIND,
                 });
             }
-            if let Some(found) = keda.store.find(|c| c.claims(namespace, &target)) {
+            if let Some(found) = keda.find(namespace, &target) {
                 return Ok(Some(Conflict {
                     kind: SCALED_OBJECT_KIND,
                     name: found.name_any(),
@@ -198,10 +531,10 @@ impl Conflicts {
             }
         }
         let hpas = self.hpas().await;
-        if !hpas.synced_within(SYNC_TIMEOUT).await {
+        if !hpas.watch.synced_within(SYNC_TIMEOUT).await {
             return Err(ConflictCheckError::NotSynced { kind: HPA_KIND });
         }
-        if let Some(found) = hpas.store.find(|c| c.claims(namespace, &target)) {
+        if let Some(found) = hpas.find(namespace, &target) {
             // An HPA KEDA made is named after its ScaledObject (found above, when KEDA's API is
             // watched); otherwise it is the HPA itself that writes.
             let (kind, name) = match found.made_by_keda {
@@ -210,31 +543,23 @@ impl Conflicts {
             };
             return Ok(Some(Conflict { kind, name }));
         }
-        let older = self.scalers.get().and_then(|store| {
-            store.find(|other| {
-                other.namespace().as_deref() == Some(namespace)
-                    && other.uid() != scaler.uid()
-                    && TargetKey::of(&other.spec.target_ref) == target
-                    && !super::annotations::is_dry_run(other)
-                    && precedes(other, scaler)
-            })
-        });
+        let older = self.older_scaler(scaler, namespace, &target);
         Ok(older.map(|other| Conflict {
             kind: "LLMScaler",
             name: other.name_any(),
         }))
     }
 
-    async fn hpas(&self) -> Arc<CachedWatch<Claim>> {
+    async fn hpas(&self) -> Arc<Indexed> {
         self.hpas
             .get_or_init(|| async {
-                Arc::new(CachedWatch::start(
+                Indexed::start(
                     self.client.clone(),
                     self.namespace.as_deref(),
                     ApiResource::erase::<HorizontalPodAutoscaler>(&()),
                     &self.supervisor,
                     Claim::from_hpa,
-                ))
+                )
             })
             .await
             .clone()
@@ -242,7 +567,7 @@ impl Conflicts {
 
     /// The ScaledObject watch, started when KEDA's API is served; looked for again every few
     /// minutes while it is not, so KEDA installed later is noticed.
-    async fn scaled_objects(&self) -> Result<Option<Arc<CachedWatch<Claim>>>, ConflictCheckError> {
+    async fn scaled_objects(&self) -> Result<Option<Arc<Indexed>>, ConflictCheckError> {
         let mut keda = self.keda.lock().await;
         match &*keda {
             Keda::Watched(watch) => return Ok(Some(watch.clone())),
@@ -252,13 +577,13 @@ impl Conflicts {
         let gvk = GroupVersionKind::gvk("keda.sh", "v1alpha1", SCALED_OBJECT_KIND);
         match kube::discovery::pinned_kind(&self.client, &gvk).await {
             Ok((resource, _)) => {
-                let watch = Arc::new(CachedWatch::start(
+                let watch = Indexed::start(
                     self.client.clone(),
                     self.namespace.as_deref(),
                     resource,
                     &self.supervisor,
                     Claim::from_scaled_object,
-                ));
+                );
                 *keda = Keda::Watched(watch.clone());
                 Ok(Some(watch))
             }
@@ -336,5 +661,272 @@ mod tests {
         })));
         assert!(hpa.made_by_keda);
         assert_eq!(keda_owner("keda-hpa-so"), "so");
+    }
+
+    // ------------------------------------------------------------ the indexes against a scan
+
+    use kube::runtime::reflector::store::Writer;
+    use proptest::prelude::*;
+
+    /// A scaler of the generated fleets: few namespaces, targets and creation seconds, so that
+    /// they collide (same target, same second) often.
+    #[derive(Debug, Clone)]
+    struct Spec {
+        namespace: u8,
+        name: u8,
+        uid: u16,
+        kind: u8,
+        target: u8,
+        beta: bool,
+        created: u8,
+        dry_run: bool,
+    }
+
+    fn spec() -> impl Strategy<Value = Spec> {
+        (
+            0u8..2,
+            0u8..12,
+            0u8..2,
+            0u8..3,
+            any::<bool>(),
+            0u8..3,
+            any::<bool>(),
+        )
+            .prop_map(
+                |(namespace, name, kind, target, beta, created, dry_run)| Spec {
+                    namespace,
+                    name,
+                    uid: 0,
+                    kind,
+                    target,
+                    beta,
+                    created,
+                    dry_run,
+                },
+            )
+    }
+
+    const KINDS: [&str; 2] = ["Deployment", "StatefulSet"];
+
+    fn scaler_of(s: &Spec) -> LLMScaler {
+        let mut annotations = serde_json::Map::new();
+        if s.dry_run {
+            annotations.insert(crate::names::DRY_RUN_ANNOTATION.into(), json!("true"));
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "autoscaling.modelsphere.dev/v1alpha1", "kind": "LLMScaler",
+            "metadata": {
+                "name": format!("s{}", s.name), "namespace": format!("ns{}", s.namespace),
+                "uid": format!("u{}-{}-{}", s.namespace, s.name, s.uid),
+                "creationTimestamp": format!("2026-01-01T00:00:0{}Z", s.created),
+                "annotations": annotations,
+            },
+            "spec": {
+                "targetRef": {
+                    "apiVersion": if s.beta { "apps/v1beta2" } else { "apps/v1" },
+                    "kind": KINDS[usize::from(s.kind)],
+                    "name": format!("t{}", s.target),
+                },
+                "serverAddress": "http://prometheus:9090",
+                "minReplicas": 1, "maxReplicas": 4,
+                "metrics": [ { "query": "up", "target": "1" } ],
+            }
+        }))
+        .unwrap()
+    }
+
+    /// What the conflict check answered before the index: any other non-dry-run scaler of the
+    /// cache on the same target that came first.
+    fn scanned(store: &Store<LLMScaler>, scaler: &LLMScaler) -> Vec<String> {
+        let namespace = scaler.namespace().unwrap();
+        let target = TargetKey::of(&scaler.spec.target_ref);
+        let mut found: Vec<String> = store
+            .state()
+            .iter()
+            .filter(|other| {
+                other.namespace().as_deref() == Some(namespace.as_str())
+                    && other.uid() != scaler.uid()
+                    && TargetKey::of(&other.spec.target_ref) == target
+                    && !super::super::annotations::is_dry_run(other)
+                    && precedes(other, scaler)
+            })
+            .map(|other| other.name_any())
+            .collect();
+        found.sort();
+        found
+    }
+
+    #[derive(Debug, Clone)]
+    enum Change {
+        /// Deleted: no sync of it follows.
+        Delete(usize),
+        /// Its spec names another target (a sync follows at once).
+        Retarget(usize, u8, u8),
+        /// An annotation only (no sync follows).
+        ToggleDryRun(usize),
+        /// A new scaler (a sync follows at once).
+        Create(Spec),
+        /// Deleted and created again under its name, a new uid (a sync follows).
+        Recreate(usize),
+    }
+
+    fn change() -> impl Strategy<Value = Change> {
+        prop_oneof![
+            (0usize..32).prop_map(Change::Delete),
+            (0usize..32, 0u8..2, 0u8..3).prop_map(|(i, k, t)| Change::Retarget(i, k, t)),
+            (0usize..32).prop_map(Change::ToggleDryRun),
+            spec().prop_map(Change::Create),
+            (0usize..32).prop_map(Change::Recreate),
+        ]
+    }
+
+    proptest! {
+        /// The index finds a conflict exactly when the scan of the whole cache did, names one
+        /// the scan found, and the oldest of them: after a start (filed from the cache) and
+        /// after creations, deletions, retargets and annotation changes of which only the ones
+        /// that trigger a sync are registered.
+        #[test]
+        fn the_scaler_index_answers_as_the_scan_did(
+            fleet in proptest::collection::vec(spec(), 0..16),
+            changes in proptest::collection::vec(change(), 0..24),
+        ) {
+            let mut writer: Writer<LLMScaler> = Writer::default();
+            writer.apply_watcher_event(&watcher::Event::Init);
+            // One object per namespace/name: a later one of the fleet replaces an earlier.
+            let mut live: Vec<Spec> = Vec::new();
+            for s in fleet {
+                live.retain(|l| (l.namespace, l.name) != (s.namespace, s.name));
+                live.push(s);
+            }
+            for s in &live {
+                writer.apply_watcher_event(&watcher::Event::InitApply(scaler_of(s)));
+            }
+            writer.apply_watcher_event(&watcher::Event::InitDone);
+            let store = writer.as_reader();
+            let index = Mutex::new(ScalerIndex::default());
+            let mut next_uid = 1;
+            for change in changes {
+                let pick = |i: usize| (!live.is_empty()).then(|| i % live.len());
+                let synced = match change {
+                    Change::Delete(i) => {
+                        if let Some(i) = pick(i) {
+                            let gone = live.remove(i);
+                            writer.apply_watcher_event(&watcher::Event::Delete(scaler_of(&gone)));
+                        }
+                        None
+                    }
+                    Change::Retarget(i, kind, target) => pick(i).map(|i| {
+                        live[i].kind = kind;
+                        live[i].target = target;
+                        live[i].clone()
+                    }),
+                    Change::ToggleDryRun(i) => {
+                        if let Some(i) = pick(i) {
+                            live[i].dry_run = !live[i].dry_run;
+                            writer.apply_watcher_event(&watcher::Event::Apply(scaler_of(&live[i])));
+                        }
+                        None
+                    }
+                    Change::Create(mut s) => {
+                        s.uid = next_uid;
+                        next_uid += 1;
+                        if let Some(old) = live.iter().position(|l| (l.namespace, l.name) == (s.namespace, s.name)) {
+                            let gone = live.remove(old);
+                            writer.apply_watcher_event(&watcher::Event::Delete(scaler_of(&gone)));
+                        }
+                        live.push(s.clone());
+                        Some(s)
+                    }
+                    Change::Recreate(i) => pick(i).map(|i| {
+                        writer.apply_watcher_event(&watcher::Event::Delete(scaler_of(&live[i])));
+                        live[i].uid = next_uid;
+                        next_uid += 1;
+                        live[i].clone()
+                    }),
+                };
+                if let Some(s) = synced {
+                    let scaler = scaler_of(&s);
+                    writer.apply_watcher_event(&watcher::Event::Apply(scaler.clone()));
+                    index.lock().unwrap().register(Some(&store), &scaler);
+                }
+            }
+            // Every scaler syncs now, and registers first.
+            for s in &live {
+                let scaler = scaler_of(s);
+                index.lock().unwrap().register(Some(&store), &scaler);
+                let namespace = scaler.namespace().unwrap();
+                let target = TargetKey::of(&scaler.spec.target_ref);
+                let found = older_scaler(&index, &store, &scaler, &namespace, &target)
+                    .map(|o| o.name_any());
+                let expected = scanned(&store, &scaler);
+                match &found {
+                    None => prop_assert!(expected.is_empty(), "{}: missed {expected:?}", scaler.name_any()),
+                    Some(name) => {
+                        prop_assert!(expected.contains(name), "{}: {name} not in {expected:?}", scaler.name_any());
+                        let winner = store.state().into_iter().find(|o| o.name_any() == *name && o.namespace() == scaler.namespace()).unwrap();
+                        for other in store.state().iter().filter(|o| expected.contains(&o.name_any()) && o.namespace() == scaler.namespace()) {
+                            prop_assert!(!precedes(other, &winner), "{} came before {name}", other.name_any());
+                        }
+                    }
+                }
+            }
+            // Nothing filed that the cache does not hold.
+            let mut swept = index.lock().unwrap();
+            swept.sweep(&store);
+            prop_assert_eq!(swept.filed.len(), store.len());
+        }
+
+        /// The HPA (ScaledObject) index follows its watch's events, a relist included, and finds
+        /// what a scan of its store finds.
+        #[test]
+        fn the_claim_index_answers_as_the_scan_did(
+            events in proptest::collection::vec((0u8..3, 0u8..6, 0u8..2, 0u8..3), 0..40),
+            probes in proptest::collection::vec((0u8..2, 0u8..3), 1..8),
+        ) {
+            let resource = ApiResource::erase::<HorizontalPodAutoscaler>(&());
+            let mut writer: Writer<Claim> = Writer::new(resource.clone());
+            let store = writer.as_reader();
+            let claims = Claims::default();
+            let hpa = |name: u8, ns: u8, target: u8| Claim::from_hpa(&object(json!({
+                "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+                "metadata": { "name": format!("h{name}"), "namespace": format!("ns{ns}") },
+                "spec": { "scaleTargetRef": { "apiVersion": "apps/v1", "kind": "Deployment", "name": format!("t{target}") } }
+            })));
+            let mut apply = |event: watcher::Event<Claim>| {
+                writer.apply_watcher_event(&event);
+                claims.observe(&event, &store);
+            };
+            apply(watcher::Event::Init);
+            apply(watcher::Event::InitDone);
+            for (what, name, ns, target) in events {
+                match what {
+                    0 => apply(watcher::Event::Apply(hpa(name, ns, target))),
+                    1 => apply(watcher::Event::Delete(hpa(name, ns, target))),
+                    // A relist with what the store holds now, less this one.
+                    _ => {
+                        let kept: Vec<Arc<Claim>> = store.state();
+                        apply(watcher::Event::Init);
+                        for c in kept.iter().filter(|c| c.metadata.name != Some(format!("h{name}"))) {
+                            apply(watcher::Event::InitApply((**c).clone()));
+                        }
+                        apply(watcher::Event::InitDone);
+                    }
+                }
+            }
+            let watch = CachedWatch::for_test(resource, store.clone());
+            for (ns, target) in probes {
+                let namespace = format!("ns{ns}");
+                let key = TargetKey::new("apps/v1", "Deployment", &format!("t{target}"));
+                let found = claims.find(&watch, &namespace, &key).map(|c| c.name_any());
+                let mut scanned: Vec<String> = store
+                    .state()
+                    .iter()
+                    .filter(|c| c.claims(&namespace, &key))
+                    .map(|c| c.name_any())
+                    .collect();
+                scanned.sort();
+                prop_assert_eq!(found, scanned.first().cloned());
+            }
+        }
     }
 }

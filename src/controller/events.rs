@@ -1,8 +1,8 @@
 //! Kubernetes events (events.k8s.io) for every scale and every held sync, rendered from the
-//! sync's Decision. The kube Recorder folds repeats into one event with a growing count.
+//! sync's Decision. The event writer folds repeats into one event with a growing count.
 
-use kube::Resource;
-use kube::runtime::events::{Event, EventType, Recorder};
+use super::event_writer::{EventWriter, Told};
+use super::memory::Memories;
 
 use crate::api::{LLMScaler, MetricProvider};
 use crate::names::DECISION_METRIC;
@@ -340,27 +340,21 @@ fn driver(decision: &Decision) -> Option<String> {
 }
 
 /// Publishes `notes` against the scaler; a failure to publish is logged, never fatal.
-pub async fn publish(recorder: &Recorder, scaler: &LLMScaler, notes: &[Note]) {
-    let reference = scaler.object_ref(&());
+pub async fn publish(writer: &EventWriter, memory: &Memories, scaler: &LLMScaler, notes: &[Note]) {
     for note in notes {
-        let event = Event {
-            type_: if note.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: note.reason.to_owned(),
-            note: Some(truncate(&note.message, 1000)),
+        let told = Told {
+            warning: note.warning,
+            reason: note.reason,
             action: action(note),
-            secondary: None,
+            note: truncate(&note.message, 1000),
         };
-        if let Err(error) = recorder.publish(&event, &reference).await {
+        if let Err(error) = writer.tell(memory, scaler, &told).await {
             tracing::warn!(reason = note.reason, error = %crate::error_chain::Chain(&error), "cannot publish event");
         }
     }
 }
 
-/// The Recorder folds events that share type, reason and action into one series and never
+/// The writer folds events that share type, reason and action into one series and never
 /// updates the note, so a new message under the same reason would be lost. The action therefore
 /// carries a digest of the message: a repeat of the same message is counted, a different one is
 /// its own event.

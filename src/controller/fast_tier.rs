@@ -42,6 +42,8 @@ struct State {
     deployments: Vec<Value>,
     hpas: Vec<Value>,
     seen: Vec<Seen>,
+    /// Events are gone once created (expired, or deleted): a series patch finds none.
+    events_expire: bool,
 }
 
 /// An apiserver that serves just what a sync of a Deployment target reads (discovery of apps/v1,
@@ -52,6 +54,17 @@ struct FakeApi(Arc<Mutex<State>>);
 
 impl FakeApi {
     fn with_deployment(self, name: &str, replicas: i32) -> Self {
+        self.with_starting_deployment(name, replicas, replicas)
+    }
+
+    /// An apiserver whose events are gone as soon as they are created.
+    fn with_events_expiring(self) -> Self {
+        self.lock().events_expire = true;
+        self
+    }
+
+    /// A Deployment of `replicas` of which `ready` are Ready.
+    fn with_starting_deployment(self, name: &str, replicas: i32, ready: i32) -> Self {
         self.lock().deployments.push(json!({
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": { "name": name, "namespace": NS, "uid": format!("uid-{name}"),
@@ -62,7 +75,7 @@ impl FakeApi {
                 "template": { "metadata": { "labels": { "app": name } },
                               "spec": { "containers": [{ "name": "c", "image": "i" }] } }
             },
-            "status": { "replicas": replicas, "readyReplicas": replicas,
+            "status": { "replicas": replicas, "readyReplicas": ready,
                         "updatedReplicas": replicas, "availableReplicas": replicas,
                         "observedGeneration": 1 }
         }));
@@ -110,12 +123,18 @@ impl FakeApi {
             .collect()
     }
 
-    /// Patches of an event's series (a repeat the Recorder folded).
+    /// Patches of an event's series (a repeat the event writer folded).
     fn event_repeats(&self) -> usize {
+        self.series_counts().len()
+    }
+
+    /// The count each patch of an event's series carried.
+    fn series_counts(&self) -> Vec<i64> {
         self.writes()
             .iter()
             .filter(|s| s.method == Method::PATCH && s.path.contains("/events/"))
-            .count()
+            .map(|s| s.body["series"]["count"].as_i64().unwrap_or(0))
+            .collect()
     }
 
     /// The last status patched onto the scaler.
@@ -229,6 +248,9 @@ impl FakeApi {
                 let mut event = body;
                 event["metadata"]["name"] = json!(format!("e{}", self.lock().seen.len()));
                 (StatusCode::CREATED, event)
+            }
+            (&Method::PATCH, p) if p.contains("/events/") && self.lock().events_expire => {
+                not_found()
             }
             (&Method::PATCH, p) if p.contains("/events/") => (
                 StatusCode::OK,
@@ -703,14 +725,46 @@ async fn a_broken_signal_is_told_when_it_begins_and_when_it_changes_not_every_sy
     assert_eq!(told(&h.api, "ScalingHeld"), 1);
     assert_eq!(h.api.event_repeats(), 0, "no series patched at every sync");
 
-    // Mended, then broken again: news again (the same three events, so the recorder adds to
+    // Mended, then broken again: news again (the same three events, so the event writer adds to
     // their series).
     let fine = prometheus(1.0).await;
     stored["spec"]["serverAddress"] = json!(fine);
     h.sync_and_store(&mut stored).await;
     stored["spec"]["serverAddress"] = json!(broken);
     h.sync(&stored).await;
-    assert_eq!(h.api.event_repeats(), 3);
+    assert_eq!(
+        h.api.series_counts(),
+        vec![2, 2, 2],
+        "each told a second time"
+    );
+}
+
+#[tokio::test]
+async fn a_repeat_of_an_event_that_is_gone_is_told_afresh() {
+    let broken = prometheus(f64::NAN).await;
+    let api = FakeApi::default()
+        .with_deployment("vllm", 2)
+        .with_events_expiring();
+    let h = Harness::leader(api);
+    let scaler = scaler_json("s", &broken, json!({}));
+    let mut stored = scaler.clone();
+    let held = |api: &FakeApi| {
+        api.events()
+            .into_iter()
+            .filter(|(r, _)| r == "ScalingHeld")
+            .count()
+    };
+    h.sync_and_store(&mut stored).await;
+    assert_eq!(held(&h.api), 1);
+    // Mended, then broken again: the repeat finds its event gone, so it is a new event (and
+    // the one after that adds to the new event's series, which is gone too: new again).
+    let fine = prometheus(1.0).await;
+    for server in [&fine, &broken, &fine, &broken] {
+        stored["spec"]["serverAddress"] = json!(server);
+        h.sync_and_store(&mut stored).await;
+    }
+    assert_eq!(h.api.series_counts(), vec![2, 2, 2, 2], "tried as repeats");
+    assert_eq!(held(&h.api), 3, "each repeat told afresh");
 }
 
 #[tokio::test]
@@ -1252,6 +1306,7 @@ impl From<&Exported> for Window {
         };
         Window {
             in_flight: Some(e.in_flight),
+            pending: None,
             load: Some(e.load),
             queue: histogram(e.late),
             tpot: histogram(0.0),
@@ -1366,12 +1421,53 @@ async fn an_objective_learns_its_capacity_from_the_histograms_and_a_gap_holds_th
     );
 }
 
+/// With a pendingQuery, a fleet whose pods are not Ready yet (woken from zero) is sized for what
+/// waits at the router at the learned capacity, from that query alone: the engines have no
+/// series then, and the composed in-flight query is not asked.
+#[tokio::test]
+async fn a_waking_fleet_is_sized_for_the_requests_the_router_holds() {
+    let exported = Arc::new(Mutex::new(Window {
+        pending: Some(20.0),
+        ..Window::default()
+    }));
+    let server = prometheus_window(exported.clone()).await;
+    let h = Harness::leader(FakeApi::default().with_starting_deployment("vllm", 1, 0));
+    let objective = json!({
+        "metrics": null,
+        "objective": { "selector": "model_name=\"m\"", "pendingQuery": "router_queue" }
+    });
+    let mut scaler = scaler_json("s", &server, objective);
+    h.sync_and_store(&mut scaler).await;
+    let status = scaler["status"].clone();
+    // 20 requests at the router, a pod carries 4 (the prior): 5 pods, in one write.
+    assert_eq!(h.api.scale_writes("vllm"), vec![5], "{status:#}");
+    let reading = status["currentMetrics"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| m["name"] == "objective")
+        .map(|m| m["value"].clone());
+    assert_eq!(reading, Some(json!("20")), "{status:#}");
+
+    // Without it the same fleet reads the engines, which have no series: held, not sized.
+    let h = Harness::leader(FakeApi::default().with_starting_deployment("vllm", 1, 0));
+    let objective = json!({
+        "metrics": null,
+        "objective": { "selector": "model_name=\"m\"" }
+    });
+    let mut scaler = scaler_json("s", &server, objective);
+    h.sync_and_store(&mut scaler).await;
+    assert_eq!(h.api.scale_writes("vllm"), Vec::<i64>::new());
+}
+
 /// What a Prometheus answers the composed queries of an objective with, as the lab reads them:
 /// requests in flight per engine, the mean running per engine over the window and both
 /// histograms' increase (no series where the lab has none).
 #[derive(Debug, Clone, Default)]
 struct Window {
     in_flight: Option<f64>,
+    /// The objective's pendingQuery `router_queue`, summed: what the router holds.
+    pending: Option<f64>,
     load: Option<f64>,
     queue: Vec<(f64, f64)>,
     tpot: Vec<(f64, f64)>,
@@ -1411,6 +1507,8 @@ async fn prometheus_window(window: Arc<Mutex<Window>>) -> String {
                     buckets(&w.tpot)
                 } else if query.starts_with("avg(avg_over_time") {
                     one(w.load)
+                } else if query == "sum(router_queue)" {
+                    one(w.pending)
                 } else {
                     one(w.in_flight)
                 };
@@ -1510,6 +1608,7 @@ async fn the_controller_and_the_lab_entrant_learn_the_objective_alike() {
         let served = match lab_operator::latency(&view) {
             Ok(latency) => Window {
                 in_flight,
+                pending: None,
                 load: Some(latency.load),
                 queue: latency.queue,
                 tpot: latency.tpot,

@@ -4,6 +4,7 @@ mod annotations;
 mod cached_watch;
 pub mod conflicts;
 mod error;
+pub mod event_writer;
 pub mod events;
 #[cfg(test)]
 mod fast_tier;
@@ -17,6 +18,7 @@ pub mod scale;
 pub mod schedule;
 pub mod secrets;
 pub mod server_access;
+mod shards;
 mod startup;
 pub mod status;
 pub mod target_watches;
@@ -28,7 +30,6 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{Controller, WatchStreamExt, predicates, reflector, watcher};
 use kube::{Api, Client, ResourceExt};
 
@@ -50,10 +51,13 @@ pub struct Context {
     /// Other autoscalers of the same targets.
     pub conflicts: conflicts::Conflicts,
     pub cache: MetricCache,
-    pub recorder: Recorder,
+    pub events: event_writer::EventWriter,
     pub metrics: Metrics,
-    /// Only the leader writes; the others evaluate and keep the metric cache current.
+    /// Only the leader writes; the others evaluate and keep the metric cache current. With
+    /// shards, only the leader of a scaler's shard evaluates and writes it.
     pub leadership: crate::leader::Leadership,
+    /// Scalers of shards another replica leads, as last seen.
+    standing_by: shards::StandingBy,
     pub allowed: crate::signals::allow::AllowList,
     /// Secrets named by serverHeadersFrom, read at most every 30 s.
     pub secrets: secrets::SecretCache,
@@ -75,10 +79,6 @@ impl Context {
         shared: Shared,
         supervisor: Supervisor,
     ) -> Self {
-        let reporter = Reporter {
-            controller: crate::names::OPERATOR.to_owned(),
-            instance: shared.instance,
-        };
         Self {
             targets: target_watches::TargetWatches::new(
                 client.clone(),
@@ -90,7 +90,11 @@ impl Context {
                 namespace.clone(),
                 supervisor.clone(),
             ),
-            recorder: Recorder::new(client.clone(), reporter),
+            events: event_writer::EventWriter::new(
+                client.clone(),
+                crate::names::OPERATOR.to_owned(),
+                shared.instance,
+            ),
             http: shared.http,
             cache: shared.cache,
             metrics: shared.metrics,
@@ -99,6 +103,7 @@ impl Context {
             secrets: Default::default(),
             tls_clients: Default::default(),
             memory: Default::default(),
+            standing_by: Default::default(),
             clock: Arc::new(Timestamp::now),
             supervisor,
             client,
@@ -203,6 +208,7 @@ async fn run_one(
     let (reader, writer) = reflector::store();
     ctx.conflicts.set_scalers(reader.clone());
     let forget = ctx.clone();
+    let served = ctx.clone();
     let stream = reflector::reflector(
         writer,
         watcher(scalers, watcher::Config::default().any_semantic())
@@ -216,6 +222,13 @@ async fn run_one(
     .inspect(move |event| {
         if let Ok(watcher::Event::Delete(scaler)) = event {
             forget_scaler(&forget, scaler);
+        }
+    })
+    // With shards: a status written by the leader of another shard is served at once (status
+    // writes are filtered out below, as they do not change the generation).
+    .inspect(move |event| {
+        if let Ok(watcher::Event::Apply(scaler) | watcher::Event::InitApply(scaler)) = event {
+            shards::watched(&served, scaler);
         }
     })
     .applied_objects()
@@ -255,7 +268,36 @@ fn forget_scaler(ctx: &Arc<Context>, scaler: &LLMScaler) {
         namespace: namespace.clone(),
         name: name.clone(),
     });
-    let metric_names: Vec<String> = scaler
+    let metric_names = metric_names(scaler);
+    ctx.metrics
+        .forget(&namespace, &name, metric_names.iter().map(String::as_str));
+    tracing::info!(scaler = %name, namespace = %namespace, "LLMScaler deleted");
+    // Deletion-cost marks of a scale-down that never happened would steer the next scale-down of
+    // whoever scales the target now; the leader takes them away.
+    let uid = scaler.uid().unwrap_or_default();
+    ctx.standing_by.end(&uid);
+    let guard = ctx
+        .leadership
+        .write_guard(&uid)
+        .filter(|_| ctx.memory.may_have_marks(&uid));
+    if let Some(guard) = guard {
+        let job = ctx.clone();
+        let scaler = scaler.clone();
+        ctx.supervisor
+            .spawn_job("deletion-cost clean-up", async move {
+                // Its shard is not handed over while its marks are taken away.
+                let _guard = guard;
+                victims::clear_after_delete(&job, &scaler).await;
+                job.memory.forget(&uid);
+            });
+    } else {
+        ctx.memory.forget(&uid);
+    }
+}
+
+/// Every name the scaler's per-metric series may be recorded under.
+fn metric_names(scaler: &LLMScaler) -> Vec<String> {
+    scaler
         .spec
         .metrics
         .iter()
@@ -263,24 +305,7 @@ fn forget_scaler(ctx: &Arc<Context>, scaler: &LLMScaler) {
         .enumerate()
         .map(|(i, m)| reconcile::metric_name(m, i))
         .chain(std::iter::once(crate::names::DECISION_METRIC.to_owned()))
-        .collect();
-    ctx.metrics
-        .forget(&namespace, &name, metric_names.iter().map(String::as_str));
-    tracing::info!(scaler = %name, namespace = %namespace, "LLMScaler deleted");
-    // Deletion-cost marks of a scale-down that never happened would steer the next scale-down of
-    // whoever scales the target now; the leader takes them away.
-    let uid = scaler.uid().unwrap_or_default();
-    if ctx.leadership.may_write() && ctx.memory.may_have_marks(&uid) {
-        let job = ctx.clone();
-        let scaler = scaler.clone();
-        ctx.supervisor
-            .spawn_job("deletion-cost clean-up", async move {
-                victims::clear_after_delete(&job, &scaler).await;
-                job.memory.forget(&uid);
-            });
-    } else {
-        ctx.memory.forget(&uid);
-    }
+        .collect()
 }
 
 /// Upper bound on any single start-up call to the API server.

@@ -17,8 +17,8 @@ pub(super) fn recorded<T>(
 ) -> Result<T, Redacted> {
     metrics.observe_query(
         MetricLabels {
-            namespace: namespace.to_owned(),
-            scaler: scaler.to_owned(),
+            namespace: namespace.into(),
+            scaler: scaler.into(),
             metric: metric.to_owned(),
         },
         read.took,

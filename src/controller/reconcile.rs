@@ -10,7 +10,7 @@
 //!    operator's own metrics, so a standby answers what the leader would.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use futures::future::{join_all, join3};
 use k8s_openapi::jiff::Timestamp;
@@ -42,7 +42,7 @@ use crate::scaling::{
     Signal, SkipReason, Step, Stored, TargetState, Unreadable, ZeroMemory, effective_startup, law,
 };
 use crate::signals::read::WhenEmpty;
-use crate::signals::{decision_server, http};
+use crate::signals::{decision_server, gate, http};
 use crate::telemetry::metrics::SyncResult;
 use crate::telemetry::sync_report::{Decided, Reported, SyncReport};
 
@@ -82,34 +82,85 @@ pub async fn reconcile(
 async fn sync(scaler: Arc<LLMScaler>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let started = Instant::now();
     let namespace = scaler.namespace().ok_or(ReconcileError::NoNamespace)?;
-    if let Some(wait) = wait_for_own_slot(&scaler, &ctx) {
+    // First, whatever comes next: the conflict checks of other scalers find this one by target.
+    ctx.conflicts.register(&scaler);
+    let uid = scaler.uid().unwrap_or_default();
+    // Taken whatever this sync does: only a sync requeued below has an instant it was due at.
+    let due = ctx.memory.take_due(&uid);
+    // With shards: another replica's scaler costs no query here.
+    if let Some(wait) = super::shards::elsewhere(&scaler, &ctx) {
         return Ok(Action::requeue(wait));
     }
-    let now = (ctx.clock)();
+    if let Some(wait) = wait_for_own_slot(&scaler, &ctx) {
+        return Ok(requeue(&ctx, &uid, wait));
+    }
+    let woke = SystemTime::now();
+    // Its turn among the syncs against its server (see signals::gate): a burst waits here, each
+    // sync holding little until it starts; the sync itself is boxed, allocated only then.
+    let _turn = gate::sync_turn(&scaler.spec.server_address).await;
+    let period = Box::pin(evaluate(&scaler, &ctx, &namespace, started, due, woke)).await?;
+    Ok(requeue(&ctx, &uid, next_sync(&scaler, period)))
+}
 
-    let observed = observe(&scaler, &ctx, &namespace, now).await;
+/// The sync proper: observe, act and report. Returns the period of the next one (the sync
+/// period, or the retry period after a failure).
+async fn evaluate(
+    scaler: &LLMScaler,
+    ctx: &Context,
+    namespace: &str,
+    started: Instant,
+    due: Option<SystemTime>,
+    woke: SystemTime,
+) -> Result<i32, ReconcileError> {
+    let now = (ctx.clock)();
+    let observed = observe(scaler, ctx, namespace, now).await;
+    let lateness = lateness(due, woke, SystemTime::now());
     // Asked once, after the signal was read (leadership can end while it is read).
-    let writer = Writer::if_leading(&ctx);
+    let writer = Writer::if_leading(ctx, scaler);
     let outcome = match (observed, &writer) {
-        (Ok(observed), Some(writer)) => writer.act(&scaler, &namespace, observed).await,
+        (Ok(observed), Some(writer)) => writer.act(scaler, namespace, observed).await,
         (Ok(observed), None) => Ok(Synced::observed_only(observed)),
         (Err(error), _) => Err(error),
     };
     if let Err(error) = &outcome {
         tracing::warn!(reason = %error.reason(), detail = %Chain(error), "sync failed");
     }
-    feed_cache(&ctx, &scaler, &namespace, &outcome, now);
+    feed_cache(ctx, scaler, namespace, &outcome, now);
     let name = scaler.name_any();
-    ctx.metrics
-        .record(&report(&scaler, &namespace, &name, &outcome, started));
+    ctx.metrics.record(&report(
+        scaler, namespace, &name, &outcome, started, lateness,
+    ));
     if let Some(writer) = writer {
-        writer.report(&scaler, &namespace, &outcome, now).await?;
+        writer.report(scaler, namespace, &outcome, now).await?;
     }
-    let period = match &outcome {
+    Ok(match &outcome {
         Ok(_) => scaler.spec.sync_period_seconds,
         Err(_) => scaler.spec.retry_period_seconds,
-    };
-    Ok(Action::requeue(next_sync(&scaler, period)))
+    })
+}
+
+/// Requeues a sync `wait` from now, remembering when it is due.
+fn requeue(ctx: &Context, uid: &str, wait: Duration) -> Action {
+    if !uid.is_empty() {
+        ctx.memory.set_due(uid, SystemTime::now() + wait);
+    }
+    Action::requeue(wait)
+}
+
+/// How far a sync's timer may fire before the instant it was set for and still be that sync: the
+/// wall clock it is compared with may be stepped a little meanwhile; a timer never fires early.
+const EARLY: Duration = Duration::from_millis(100);
+
+/// How late a sync due at `due` ran: from that instant to `read`, when it had read its signal
+/// (waiting for a CPU, for its turn at the signal server, or for a slow answer all count). None
+/// for a sync that was not due (brought forward by a change of its spec, or the first after a
+/// start) or woke well before its instant.
+fn lateness(due: Option<SystemTime>, woke: SystemTime, read: SystemTime) -> Option<Duration> {
+    let due = due?;
+    if woke + EARLY < due {
+        return None;
+    }
+    Some(read.duration_since(due).unwrap_or_default())
 }
 
 /// What the observe step read and decided.
@@ -235,8 +286,12 @@ async fn observe(
                                 namespace,
                                 access,
                                 OBJECTIVE_METRIC,
-                                &queries.in_flight,
-                                when_empty,
+                                queries.in_flight_at(observed.ready_replicas),
+                                // The router's queue exists at zero: nothing is an error there.
+                                match queries.waking {
+                                    Some(_) => WhenEmpty::Explain,
+                                    None => when_empty,
+                                },
                             )
                             .await,
                         )
@@ -356,12 +411,18 @@ fn objective_reading(value: Result<f64, SkipReason>, target: f64) -> MetricReadi
 /// scaler's status and its events. Only the leader has one.
 struct Writer<'a> {
     ctx: &'a Context,
+    /// Held until the last write: the scaler's shard is not handed over meanwhile.
+    _guard: crate::leader::WriteGuard,
 }
 
 impl<'a> Writer<'a> {
-    /// The writer, while this replica leads (always, without leader election).
-    fn if_leading(ctx: &'a Context) -> Option<Self> {
-        ctx.leadership.may_write().then_some(Self { ctx })
+    /// The writer, while this replica leads the scaler's shard (always, without leader
+    /// election).
+    fn if_leading(ctx: &'a Context, scaler: &LLMScaler) -> Option<Self> {
+        let guard = ctx
+            .leadership
+            .write_guard(&scaler.uid().unwrap_or_default())?;
+        Some(Self { ctx, _guard: guard })
     }
 
     /// Marks the victims of a scale-down and writes spec.replicas, unless the scaler is a dry
@@ -500,7 +561,7 @@ impl<'a> Writer<'a> {
                 .into_iter()
                 .filter(|n| ctx.memory.first_time(n.reason, &uid)),
         );
-        events::publish(&ctx.recorder, scaler, &notes).await;
+        events::publish(&ctx.events, &ctx.memory, scaler, &notes).await;
         Ok(())
     }
 
@@ -789,6 +850,7 @@ fn report<'a>(
     name: &'a str,
     outcome: &'a Result<Synced, SyncError>,
     started: Instant,
+    lateness: Option<Duration>,
 ) -> SyncReport<'a> {
     let synced = match outcome {
         Ok(synced) => synced,
@@ -797,6 +859,7 @@ fn report<'a>(
                 namespace,
                 scaler: name,
                 elapsed: started.elapsed(),
+                lateness,
                 conditions: vec![(status::READY, false), (status::SCALING_ACTIVE, false)],
                 outcome: Reported::Failed(error.reason()),
             };
@@ -833,6 +896,7 @@ fn report<'a>(
         namespace,
         scaler: name,
         elapsed: started.elapsed(),
+        lateness,
         conditions: vec![
             (status::READY, true),
             (status::SCALING_ACTIVE, status::scaling_active(decision).0),
@@ -882,9 +946,10 @@ fn also_queried(scaler: &LLMScaler) -> Vec<&'static str> {
     activation.into_iter().chain(deletion_cost).collect()
 }
 
-pub fn error_policy(scaler: Arc<LLMScaler>, error: &ReconcileError, _ctx: Arc<Context>) -> Action {
+pub fn error_policy(scaler: Arc<LLMScaler>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
     tracing::warn!(scaler = %scaler.name_any(), error = %crate::error_chain::Chain(error), "sync failed, retrying");
-    Action::requeue(next_sync(&scaler, scaler.spec.retry_period_seconds))
+    let wait = next_sync(&scaler, scaler.spec.retry_period_seconds);
+    requeue(&ctx, &scaler.uid().unwrap_or_default(), wait)
 }
 
 /// Marks the first sight of a scaler in this process. A process that starts lists every scaler
@@ -894,7 +959,7 @@ pub fn error_policy(scaler: Arc<LLMScaler>, error: &ReconcileError, _ctx: Arc<Co
 /// metrics of a waiting scaler are served from its first sync, at most one period later.
 fn wait_for_own_slot(scaler: &LLMScaler, ctx: &Context) -> Option<Duration> {
     let uid = scaler.metadata.uid.as_deref()?;
-    if !ctx.memory.first_time(FIRST_SIGHT, uid) {
+    if !ctx.memory.first_time(super::memory::FIRST_SIGHT, uid) {
         return None;
     }
     let synced_before = scaler.status.as_ref().is_some_and(|s| {
@@ -910,9 +975,6 @@ fn wait_for_own_slot(scaler: &LLMScaler, ctx: &Context) -> Option<Duration> {
     );
     (!wait.is_zero()).then_some(wait)
 }
-
-/// [`Context::first_time`] topic of a scaler's first sight in this process.
-const FIRST_SIGHT: &str = "first sight";
 
 /// The delay to the scaler's next slot on its grid of `period_seconds` (see [`schedule`]): its
 /// uid sets the phase, so scalers created together still query at different instants.
@@ -935,4 +997,28 @@ fn next_sync(scaler: &LLMScaler, period_seconds: i32) -> Duration {
 /// not spin the controller.
 fn requeue_after(seconds: i32) -> Duration {
     Duration::from_secs(u64::try_from(seconds.max(1)).unwrap_or(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lateness_counts_from_the_instant_a_sync_was_due() {
+        let due = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let ms = Duration::from_millis;
+        // Woke on time, read its signal 30 ms later.
+        assert_eq!(lateness(Some(due), due, due + ms(30)), Some(ms(30)));
+        // Woke 4 s late (no CPU, a backlog).
+        assert_eq!(
+            lateness(Some(due), due + ms(4_000), due + ms(4_020)),
+            Some(ms(4_020))
+        );
+        // A hair early by the wall clock: on time.
+        assert_eq!(lateness(Some(due), due - ms(5), due - ms(1)), Some(ms(0)));
+        // Brought forward by a change of its spec: not a due sync.
+        assert_eq!(lateness(Some(due), due - ms(3_000), due - ms(2_990)), None);
+        // Nothing requeued it (the first sync in this process).
+        assert_eq!(lateness(None, due, due), None);
+    }
 }

@@ -1,9 +1,18 @@
-//! Leader election on a coordination.k8s.io Lease: only the holder writes replicas, pod marks,
-//! status, events and the APIService caBundle; every replica still evaluates its scalers, so the
-//! external metrics API answers with current values wherever it is served.
+//! Leader election on coordination.k8s.io Leases: only the holder writes replicas, pod marks,
+//! status, events and the APIService caBundle.
+//!
+//! With one shard (the default) every replica campaigns for one Lease and evaluates every scaler,
+//! so the external metrics API answers with current values wherever it is served. With several
+//! (`--shards`), each shard has a Lease of its own and the replicas divide the shards among them
+//! ([`sharded`]): a replica evaluates and writes only the scalers of the shards it leads, and
+//! serves the others' values from their status.
 
 pub mod elector;
+pub mod sharded;
+pub mod shards;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -17,45 +26,164 @@ use tokio_util::sync::CancellationToken;
 pub use elector::Timing;
 use elector::{Elector, LeaseView, Step};
 
-/// Whether this process may write now; cheap to clone and to ask on every write.
+/// What this replica knows of one shard, as its campaign last published it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ShardState {
+    /// Writes to the shard's scalers are allowed strictly before this instant; `None`: this
+    /// replica does not lead the shard.
+    pub until: Option<Instant>,
+    /// Another replica holds the shard's Lease and renews it.
+    pub held_elsewhere: bool,
+}
+
+/// Whether this process may write now, per shard; cheap to clone and to ask on every write.
 ///
-/// The one source of truth is the deadline the campaign publishes: writes are allowed strictly
-/// before it. Both [`Leadership::may_write`] and [`LeadershipChanges`] are read from it, so they
-/// cannot disagree, and a deadline that lapses while the API server is down stops writes at once,
-/// without waiting for the campaign to notice.
+/// The one source of truth is the deadline per shard the campaign publishes: writes are allowed
+/// strictly before it. [`Leadership::may_write_shard`] and [`LeadershipChanges`] are read from
+/// it, so they cannot disagree, and a deadline that lapses while the API server is down stops
+/// writes at once, without waiting for the campaign to notice.
 #[derive(Clone)]
 pub struct Leadership {
-    /// `None`: no election, always allowed. Otherwise the deadline last published by the
-    /// campaign (`None` inside: not leading).
-    until: Option<watch::Receiver<Option<Instant>>>,
+    /// `None`: no election, always allowed.
+    election: Option<Published>,
+}
+
+#[derive(Clone)]
+struct Published {
+    /// One entry per shard (one without sharding).
+    shards: watch::Receiver<Vec<ShardState>>,
+    /// Writers holding a [`WriteGuard`], per shard: a shard handed over to another replica is
+    /// released only once its writes in flight are done.
+    writing: Arc<[AtomicUsize]>,
+}
+
+impl Published {
+    fn new(shards: watch::Receiver<Vec<ShardState>>, count: usize) -> Self {
+        Self {
+            shards,
+            writing: (0..count).map(|_| AtomicUsize::new(0)).collect(),
+        }
+    }
 }
 
 impl Leadership {
     /// No election: this process is the only writer.
     pub fn always() -> Self {
-        Self { until: None }
+        Self { election: None }
     }
 
     /// A standby that never leads (tests of what a standby does).
     #[cfg(test)]
     pub fn never() -> Self {
         Self {
-            until: Some(watch::channel(None).1),
+            election: Some(Published::new(
+                watch::channel(vec![ShardState::default()]).1,
+                1,
+            )),
         }
     }
 
+    /// Several shards whose deadlines and holders the test publishes, as the campaign would.
+    #[cfg(test)]
+    pub fn published(states: Vec<ShardState>) -> (watch::Sender<Vec<ShardState>>, Self) {
+        let count = states.len();
+        let (tx, rx) = watch::channel(states);
+        let leadership = Self {
+            election: Some(Published::new(rx, count)),
+        };
+        (tx, leadership)
+    }
+
+    /// How many shards the scalers are divided into (1 without sharding or election).
+    pub fn shard_count(&self) -> u32 {
+        self.election.as_ref().map_or(1, |e| {
+            u32::try_from(e.shards.borrow().len().max(1)).unwrap_or(u32::MAX)
+        })
+    }
+
+    /// Whether the scalers are divided among the replicas: then a replica evaluates only the
+    /// scalers of the shards it leads.
+    pub fn sharded(&self) -> bool {
+        self.shard_count() > 1
+    }
+
+    /// The shard of the scaler with this uid.
+    pub fn shard_of(&self, uid: &str) -> u32 {
+        shards::shard_of(uid, self.shard_count())
+    }
+
+    /// Whether this replica may write as the leader of shard 0 (the only shard without
+    /// sharding): the writes that belong to no scaler, such as the APIService caBundle.
     pub fn may_write(&self) -> bool {
-        match &self.until {
+        self.may_write_shard(0)
+    }
+
+    /// Whether this replica may write the scalers of `shard` now.
+    pub fn may_write_shard(&self, shard: u32) -> bool {
+        match &self.election {
             None => true,
-            Some(until) => leading(*until.borrow(), Instant::now()),
+            Some(e) => {
+                let until = usize::try_from(shard)
+                    .ok()
+                    .and_then(|i| e.shards.borrow().get(i).and_then(|s| s.until));
+                leading(until, Instant::now())
+            }
         }
     }
 
-    /// Wakes when leadership is won or lost, as [`Leadership::may_write`] would tell.
+    /// Whether this replica evaluates the scaler with this uid: every scaler without sharding
+    /// (a standby keeps the external metrics API current), else only those it leads.
+    pub fn evaluates(&self, uid: &str) -> bool {
+        !self.sharded() || self.may_write_shard(self.shard_of(uid))
+    }
+
+    /// Whether another replica leads the scaler with this uid and renews its Lease: what it last
+    /// wrote in the scaler's status is then current.
+    pub fn led_elsewhere(&self, uid: &str) -> bool {
+        let shard = self.shard_of(uid);
+        self.election.as_ref().is_some_and(|e| {
+            usize::try_from(shard)
+                .ok()
+                .and_then(|i| e.shards.borrow().get(i).map(|s| s.held_elsewhere))
+                .unwrap_or(false)
+        })
+    }
+
+    /// Leave to write the scaler with this uid, while this replica leads its shard; the shard
+    /// is not handed to another replica while a guard is held (see [`sharded`]). Asked once per
+    /// sync, after the signal was read, and held until its last write.
+    pub fn write_guard(&self, uid: &str) -> Option<WriteGuard> {
+        let Some(election) = &self.election else {
+            return Some(WriteGuard(None));
+        };
+        let shard = self.shard_of(uid);
+        let index = usize::try_from(shard).ok()?;
+        let counter = election.writing.get(index)?;
+        // Counted before the deadline is read: a campaign that resigned the shard and then sees
+        // no writer can release it, because any writer it missed reads the resignation.
+        counter.fetch_add(1, Ordering::SeqCst);
+        let guard = WriteGuard(Some((election.writing.clone(), index)));
+        self.may_write_shard(shard).then_some(guard)
+    }
+
+    /// Wakes when leadership of shard 0 is won or lost, as [`Leadership::may_write`] would tell.
     pub fn changes(&self) -> LeadershipChanges {
         LeadershipChanges {
-            until: self.until.clone(),
+            until: self.election.as_ref().map(|e| e.shards.clone()),
             last: self.may_write(),
+        }
+    }
+}
+
+/// See [`Leadership::write_guard`]; dropping it ends the write.
+pub struct WriteGuard(Option<(Arc<[AtomicUsize]>, usize)>);
+
+impl Drop for WriteGuard {
+    fn drop(&mut self) {
+        if let Some((writing, index)) = &self.0
+            && let Some(counter) = writing.get(*index)
+        {
+            counter.fetch_sub(1, Ordering::SeqCst);
         }
     }
 }
@@ -64,10 +192,15 @@ fn leading(until: Option<Instant>, now: Instant) -> bool {
     until.is_some_and(|until| now < until)
 }
 
+/// The published deadline of shard 0.
+fn first(shards: &[ShardState]) -> Option<Instant> {
+    shards.first().and_then(|s| s.until)
+}
+
 /// Leadership flips, derived from the published deadline: see [`LeadershipChanges::changed`].
 pub struct LeadershipChanges {
     /// `None`: no election, nothing ever changes.
-    until: Option<watch::Receiver<Option<Instant>>>,
+    until: Option<watch::Receiver<Vec<ShardState>>>,
     /// What [`Leadership::may_write`] said when last reported (or when this was made).
     last: bool,
 }
@@ -85,7 +218,7 @@ impl LeadershipChanges {
     pub async fn changed(&mut self) -> Option<bool> {
         let until = self.until.as_mut()?;
         loop {
-            let deadline = *until.borrow_and_update();
+            let deadline = first(&until.borrow_and_update());
             let leads = leading(deadline, Instant::now());
             if leads != self.last {
                 self.last = leads;
@@ -149,36 +282,54 @@ pub fn start(
     config: LeaseConfig,
     on_change: impl Fn(bool) + Send + 'static,
 ) -> (Election, impl Future<Output = ()> + Send + 'static) {
-    let (tx, until) = watch::channel(None);
-    let stop = CancellationToken::new();
+    let (tx, until) = watch::channel(vec![ShardState::default()]);
     let campaign = Campaign {
         api: Api::namespaced(client, &config.namespace),
         elector: Elector::new(config.identity.clone(), config.timing),
         config,
         until: tx,
     };
-    let ended = CancellationToken::new();
-    let done = ended.clone().drop_guard();
-    let run = campaign.run(stop.clone(), on_change);
-    let task = async move {
-        // Dropped on return and on unwinding alike: release never waits for a dead campaign.
-        let _done = done;
-        run.await;
-    };
-    let election = Election {
-        leadership: Leadership { until: Some(until) },
-        stop,
-        ended,
-    };
-    (election, task)
+    Election::running(Published::new(until, 1), |stop| {
+        campaign.run(stop, on_change)
+    })
+}
+
+impl Election {
+    /// The election whose leadership `published` tells, and the task that runs the campaign
+    /// `run` makes (given the token that stops it) until [`Election::release`].
+    fn running<F>(
+        published: Published,
+        run: impl FnOnce(CancellationToken) -> F,
+    ) -> (Self, impl Future<Output = ()> + Send + 'static)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let stop = CancellationToken::new();
+        let ended = CancellationToken::new();
+        let done = ended.clone().drop_guard();
+        let run = run(stop.clone());
+        let task = async move {
+            // Dropped on return and on unwinding alike: release never waits for a dead campaign.
+            let _done = done;
+            run.await;
+        };
+        let election = Election {
+            leadership: Leadership {
+                election: Some(published),
+            },
+            stop,
+            ended,
+        };
+        (election, task)
+    }
 }
 
 struct Campaign {
     api: Api<Lease>,
     config: LeaseConfig,
     elector: Elector,
-    /// The deadline behind [`Leadership`]; written by [`Campaign::publish`] only.
-    until: watch::Sender<Option<Instant>>,
+    /// The deadline behind [`Leadership`] (its one shard); written by [`Campaign::publish`] only.
+    until: watch::Sender<Vec<ShardState>>,
 }
 
 impl Campaign {
@@ -246,8 +397,11 @@ impl Campaign {
         let until = self.elector.leading_until();
         // Published on every look at the Lease: only a new deadline wakes the waiters.
         self.until.send_if_modified(|published| {
-            let new = *published != until;
-            *published = until;
+            let new = first(published) != until;
+            *published = vec![ShardState {
+                until,
+                held_elsewhere: false,
+            }];
             new
         });
     }
@@ -302,17 +456,7 @@ impl Campaign {
     }
 
     fn spec(&self, previous: Option<LeaseSpec>, acquire: bool) -> LeaseSpec {
-        let now = MicroTime(Timestamp::now());
-        let mut spec = previous.unwrap_or_default();
-        if acquire {
-            spec.lease_transitions = Some(spec.lease_transitions.map_or(0, |t| t + 1));
-            spec.acquire_time = Some(now.clone());
-        }
-        spec.holder_identity = Some(self.config.identity.clone());
-        spec.lease_duration_seconds =
-            Some(i32::try_from(self.config.timing.lease.as_secs().max(1)).unwrap_or(i32::MAX));
-        spec.renew_time = Some(now);
-        spec
+        lease_spec(previous, acquire, &self.config.identity, self.config.timing)
     }
 
     /// Hands the Lease back: a standby sees it free and takes it on its next look.
@@ -344,6 +488,26 @@ impl Campaign {
     }
 }
 
+/// The spec `identity` writes to take (`acquire`) or renew a Lease whose spec was `previous`.
+fn lease_spec(
+    previous: Option<LeaseSpec>,
+    acquire: bool,
+    identity: &str,
+    timing: Timing,
+) -> LeaseSpec {
+    let now = MicroTime(Timestamp::now());
+    let mut spec = previous.unwrap_or_default();
+    if acquire {
+        spec.lease_transitions = Some(spec.lease_transitions.map_or(0, |t| t + 1));
+        spec.acquire_time = Some(now.clone());
+    }
+    spec.holder_identity = Some(identity.to_owned());
+    spec.lease_duration_seconds =
+        Some(i32::try_from(timing.lease.as_secs().max(1)).unwrap_or(i32::MAX));
+    spec.renew_time = Some(now);
+    spec
+}
+
 #[cfg(test)]
 mod tests {
     use std::pin::pin;
@@ -356,9 +520,24 @@ mod tests {
     const QUIET: Duration = Duration::from_millis(50);
 
     /// An election whose deadline the test publishes, as the campaign would.
-    fn elected(until: Option<Instant>) -> (watch::Sender<Option<Instant>>, Leadership) {
-        let (tx, rx) = watch::channel(until);
-        (tx, Leadership { until: Some(rx) })
+    fn elected(until: Option<Instant>) -> (Deadline, Leadership) {
+        let (tx, leadership) = Leadership::published(vec![ShardState {
+            until,
+            held_elsewhere: false,
+        }]);
+        (Deadline(tx), leadership)
+    }
+
+    /// Publishes shard 0's deadline as the one-Lease campaign does.
+    struct Deadline(watch::Sender<Vec<ShardState>>);
+
+    impl Deadline {
+        fn send_replace(&self, until: Option<Instant>) {
+            self.0.send_replace(vec![ShardState {
+                until,
+                held_elsewhere: false,
+            }]);
+        }
     }
 
     #[tokio::test]
@@ -439,6 +618,48 @@ mod tests {
         let mut changes = leadership.changes();
         assert_eq!(tokio::time::timeout(FAR, changes.changed()).await, Ok(None));
         assert!(leadership.may_write());
+    }
+
+    #[test]
+    fn with_shards_a_replica_writes_only_what_it_leads_and_counts_its_writers() {
+        let (tx, leadership) = Leadership::published(vec![
+            ShardState {
+                until: Some(Instant::now() + FAR),
+                held_elsewhere: false,
+            },
+            ShardState {
+                until: None,
+                held_elsewhere: true,
+            },
+        ]);
+        let writing = |shard: usize| {
+            leadership.election.as_ref().expect("elected").writing[shard].load(Ordering::SeqCst)
+        };
+        let uid_in = |shard: u32| {
+            (0..)
+                .map(|i| format!("uid-{i}"))
+                .find(|uid| shards::shard_of(uid, 2) == shard)
+                .expect("some uid falls in every shard")
+        };
+        let (ours, theirs) = (uid_in(0), uid_in(1));
+        assert!(leadership.sharded());
+        assert!(leadership.evaluates(&ours) && !leadership.evaluates(&theirs));
+        assert!(leadership.led_elsewhere(&theirs) && !leadership.led_elsewhere(&ours));
+        assert!(leadership.write_guard(&theirs).is_none());
+        assert_eq!(writing(1), 0, "a refused writer is not counted");
+        let guard = leadership.write_guard(&ours).expect("leads shard 0");
+        assert_eq!(writing(0), 1);
+        drop(guard);
+        assert_eq!(writing(0), 0);
+        // Handed over: nothing more is written or evaluated.
+        tx.send_replace(vec![ShardState::default(); 2]);
+        assert!(leadership.write_guard(&ours).is_none());
+        assert!(!leadership.evaluates(&ours));
+        assert!(!leadership.may_write());
+
+        let single = Leadership::always();
+        assert!(!single.sharded());
+        assert!(single.evaluates(&theirs) && single.write_guard(&theirs).is_some());
     }
 
     #[tokio::test]

@@ -7,7 +7,12 @@
 //!   whichever scaler or TLS settings they come from; the rest wait their turn, for at most the
 //!   request timeout;
 //! - an answer that says the server is overloaded (429, 503) is retried after a backoff (its
-//!   `Retry-After` when it gives one), within [`RETRY_BUDGET`] of the first try.
+//!   `Retry-After` when it gives one), within [`RETRY_BUDGET`] of the first try;
+//! - at most [`SYNCS_PER_REQUEST`] times as many syncs as requests are under way against one
+//!   server ([`sync_turn`]); the others wait for their turn before they start, holding almost
+//!   nothing. A burst (a fleet created at once) would otherwise hold every sync's whole state at
+//!   once while they queue for the server: tens of kilobytes each, and memory the allocator
+//!   keeps long after the burst.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -23,12 +28,19 @@ pub const DEFAULT_PER_SERVER: usize = 8;
 /// default sync period (15 s): the sync still happens within its period.
 pub const RETRY_BUDGET: Duration = Duration::from_secs(5);
 
+/// Syncs under way against one server per request allowed in flight to it: a sync makes one to a
+/// few requests and writes to the API server between them, so a few syncs per request slot keep
+/// the server as busy as the request bound allows.
+pub const SYNCS_PER_REQUEST: usize = 4;
+
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 const LONGEST_BACKOFF: Duration = Duration::from_secs(2);
 
 struct Gates {
     per_server: usize,
     servers: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// Turns of whole syncs, per server.
+    syncs: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
 
 static GATES: OnceLock<Gates> = OnceLock::new();
@@ -42,6 +54,7 @@ impl Gates {
         Self {
             per_server: per_server.max(1),
             servers: Mutex::new(HashMap::new()),
+            syncs: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -73,17 +86,39 @@ pub fn origin(url: &str) -> String {
 /// A place among the requests in flight to `origin`, waiting at most `patience` for one.
 pub async fn enter(origin: &str, patience: Duration) -> Option<OwnedSemaphorePermit> {
     let gates = gates();
-    let semaphore = gates
-        .servers
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .entry(origin.to_owned())
-        .or_insert_with(|| Arc::new(Semaphore::new(gates.per_server)))
-        .clone();
+    let semaphore = semaphore_of(&gates.servers, origin, gates.per_server);
     tokio::time::timeout(patience, semaphore.acquire_owned())
         .await
         .ok()?
         .ok()
+}
+
+/// A turn to sync against the server at `address` (its origin), among at most
+/// [`SYNCS_PER_REQUEST`] × [`per_server`] syncs under way against it. Not bounded in time: each
+/// sync's own requests are (the request gate's patience, the request timeout, the retry budget).
+pub async fn sync_turn(address: &str) -> Option<OwnedSemaphorePermit> {
+    let gates = gates();
+    let turns = gates.per_server.saturating_mul(SYNCS_PER_REQUEST);
+    semaphore_of(&gates.syncs, &origin(address), turns)
+        .acquire_owned()
+        .await
+        .ok()
+}
+
+fn semaphore_of(
+    by_origin: &Mutex<HashMap<String, Arc<Semaphore>>>,
+    origin: &str,
+    permits: usize,
+) -> Arc<Semaphore> {
+    let mut by_origin = by_origin.lock().unwrap_or_else(PoisonError::into_inner);
+    // Asked at every request: the origin is copied only the first time.
+    match by_origin.get(origin) {
+        Some(semaphore) => semaphore.clone(),
+        None => by_origin
+            .entry(origin.to_owned())
+            .or_insert_with(|| Arc::new(Semaphore::new(permits)))
+            .clone(),
+    }
 }
 
 /// Whether an answer with this status says "later" rather than "no".

@@ -16,16 +16,20 @@ use prometheus_client::registry::Registry;
 
 use crate::failure::FailureReason;
 
+/// A scaler's namespace or name in a label set. Shared: the series a sync makes point at the
+/// same two strings instead of each owning copies (a scaler has twenty-odd series).
+pub type Name = Arc<str>;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ScalerLabels {
-    pub namespace: String,
-    pub scaler: String,
+    pub namespace: Name,
+    pub scaler: Name,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SyncLabels {
-    pub namespace: String,
-    pub scaler: String,
+    pub namespace: Name,
+    pub scaler: Name,
     pub result: SyncResult,
 }
 
@@ -72,22 +76,22 @@ impl EncodeLabelValue for SyncResult {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FailureLabels {
-    pub namespace: String,
-    pub scaler: String,
+    pub namespace: Name,
+    pub scaler: Name,
     pub reason: FailureReason,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MetricLabels {
-    pub namespace: String,
-    pub scaler: String,
+    pub namespace: Name,
+    pub scaler: Name,
     pub metric: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ConditionLabels {
-    pub namespace: String,
-    pub scaler: String,
+    pub namespace: Name,
+    pub scaler: Name,
     /// Ready, ScalingActive, ScalingLimited or (under an objective) ObjectiveMet.
     pub condition: &'static str,
     /// "true" or "false": the series of the condition's current status is 1, the other 0.
@@ -104,8 +108,8 @@ pub struct BuildLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ScaleLabels {
-    pub namespace: String,
-    pub scaler: String,
+    pub namespace: Name,
+    pub scaler: Name,
     /// up or down.
     pub direction: String,
 }
@@ -123,6 +127,9 @@ pub struct Metrics {
     /// Durations are one histogram for the process, not one per scaler: per-scaler buckets would
     /// be most of the operator's memory and of its series on a big fleet.
     pub sync_duration: Histogram,
+    /// How long after its instant on the scaler's grid (controller/schedule.rs) a sync that was
+    /// due then had read its signal: whether the fleet keeps its period.
+    pub sync_lateness: Histogram,
     pub query_duration: Histogram,
     pub query_errors: Family<MetricLabels, Counter>,
     pub desired_replicas: Family<ScalerLabels, Gauge>,
@@ -147,10 +154,15 @@ pub struct Metrics {
     pub scale_events: Family<ScaleLabels, Counter>,
     /// 1 while this replica may write (always 1 without leader election).
     pub leader: Gauge,
+    /// The shards this replica leads (with `--shards`; else 1 while it leads).
+    pub shards_led: Gauge,
+    /// The shard count this replica runs with (`--shards`; 1 without it).
+    pub shards: Gauge,
     /// The metric names each scaler's per-metric series were recorded under. A family cannot be
     /// listed, and without this a metric renamed or removed from a spec, or an activation
-    /// query's errors, would stay on /metrics for the life of the process.
-    metric_names: Arc<Mutex<HashMap<ScalerLabels, BTreeSet<String>>>>,
+    /// query's errors, would stay on /metrics for the life of the process. A list per scaler
+    /// (one or two names) costs less than a set.
+    metric_names: Arc<Mutex<HashMap<ScalerLabels, Vec<String>>>>,
 }
 
 impl Default for Metrics {
@@ -159,6 +171,7 @@ impl Default for Metrics {
         let syncs = Family::<SyncLabels, Counter>::default();
         let sync_failures = Family::<FailureLabels, Counter>::default();
         let sync_duration = duration_histogram();
+        let sync_lateness = duration_histogram();
         let query_duration = duration_histogram();
         let query_errors = Family::<MetricLabels, Counter>::default();
         let desired_replicas = Family::<ScalerLabels, Gauge>::default();
@@ -212,8 +225,20 @@ impl Default for Metrics {
         let leader = Gauge::default();
         registry.register(
             "leader",
-            "1 while this replica holds the leader Lease (or runs without election)",
+            "1 while this replica holds the leader Lease, or with --shards leads at least one shard (or runs without election)",
             leader.clone(),
+        );
+        let shards_led = Gauge::default();
+        registry.register(
+            "shards_led",
+            "Shards whose scalers this replica evaluates and writes (--shards; without it 1 while it leads)",
+            shards_led.clone(),
+        );
+        let shards = Gauge::default();
+        registry.register(
+            "shards",
+            "The shard count this replica divides the scalers into (--shards; 1 without it)",
+            shards.clone(),
         );
         registry.register("syncs", "Syncs by outcome", syncs.clone());
         registry.register(
@@ -225,6 +250,11 @@ impl Default for Metrics {
             "sync_duration_seconds",
             "Time one sync took, all scalers together",
             sync_duration.clone(),
+        );
+        registry.register(
+            "sync_lateness_seconds",
+            "How long after its instant of the sync period a due sync had read its signal, all scalers together",
+            sync_lateness.clone(),
         );
         registry.register(
             "query_duration_seconds",
@@ -276,6 +306,7 @@ impl Default for Metrics {
             syncs,
             sync_failures,
             sync_duration,
+            sync_lateness,
             query_duration,
             query_errors,
             desired_replicas,
@@ -291,6 +322,8 @@ impl Default for Metrics {
             objective_headroom,
             scale_events,
             leader,
+            shards_led,
+            shards,
             metric_names: Arc::default(),
         }
     }
@@ -332,10 +365,10 @@ impl Metrics {
 
     /// Drops the per-metric series of a scaler's metrics that are not `in_use` (renamed or
     /// removed from its spec).
-    pub fn retain_metrics(&self, namespace: &str, scaler: &str, in_use: &BTreeSet<&str>) {
+    pub fn retain_metrics(&self, id: &ScalerLabels, in_use: &BTreeSet<&str>) {
         let gone: Vec<String> = {
             let mut names = self.names();
-            let Some(recorded) = names.get_mut(&scaler_labels(namespace, scaler)) else {
+            let Some(recorded) = names.get_mut(id) else {
                 return;
             };
             let gone = recorded
@@ -347,22 +380,18 @@ impl Metrics {
             gone
         };
         for metric in gone {
-            self.remove_metric(namespace, scaler, metric);
+            self.remove_metric(id, metric);
         }
     }
 
     /// A sync that read nothing: no value stands for the scaler's metrics until one is read
     /// again (targets and error counts stay).
-    pub fn clear_metric_values(&self, namespace: &str, scaler: &str) {
-        let recorded = self
-            .names()
-            .get(&scaler_labels(namespace, scaler))
-            .cloned()
-            .unwrap_or_default();
+    pub fn clear_metric_values(&self, id: &ScalerLabels) {
+        let recorded = self.names().get(id).cloned().unwrap_or_default();
         for metric in recorded {
             self.metric_value.remove(&MetricLabels {
-                namespace: namespace.to_owned(),
-                scaler: scaler.to_owned(),
+                namespace: id.namespace.clone(),
+                scaler: id.scaler.clone(),
                 metric,
             });
         }
@@ -371,23 +400,26 @@ impl Metrics {
     fn remember(&self, labels: &MetricLabels) {
         let mut names = self.names();
         let recorded = names
-            .entry(scaler_labels(&labels.namespace, &labels.scaler))
+            .entry(ScalerLabels {
+                namespace: labels.namespace.clone(),
+                scaler: labels.scaler.clone(),
+            })
             .or_default();
         if !recorded.contains(&labels.metric) {
-            recorded.insert(labels.metric.clone());
+            recorded.push(labels.metric.clone());
         }
     }
 
-    fn names(&self) -> std::sync::MutexGuard<'_, HashMap<ScalerLabels, BTreeSet<String>>> {
+    fn names(&self) -> std::sync::MutexGuard<'_, HashMap<ScalerLabels, Vec<String>>> {
         self.metric_names
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn remove_metric(&self, namespace: &str, scaler: &str, metric: String) {
+    fn remove_metric(&self, id: &ScalerLabels, metric: String) {
         let labels = MetricLabels {
-            namespace: namespace.to_owned(),
-            scaler: scaler.to_owned(),
+            namespace: id.namespace.clone(),
+            scaler: id.scaler.clone(),
             metric,
         };
         self.query_errors.remove(&labels);
@@ -396,12 +428,12 @@ impl Metrics {
     }
 
     /// Sets `condition` of a scaler to `ok`: its series of that status 1, the other 0.
-    pub fn set_condition(&self, namespace: &str, scaler: &str, condition: &'static str, ok: bool) {
+    pub fn set_condition(&self, id: &ScalerLabels, condition: &'static str, ok: bool) {
         for (status, on) in [("true", ok), ("false", !ok)] {
             self.condition
                 .get_or_create(&ConditionLabels {
-                    namespace: namespace.to_owned(),
-                    scaler: scaler.to_owned(),
+                    namespace: id.namespace.clone(),
+                    scaler: id.scaler.clone(),
                     condition,
                     status,
                 })
@@ -417,49 +449,50 @@ impl Metrics {
         scaler: &str,
         metrics: impl IntoIterator<Item = &'a str>,
     ) {
-        let labels = ScalerLabels {
-            namespace: namespace.to_owned(),
-            scaler: scaler.to_owned(),
-        };
-        self.desired_replicas.remove(&labels);
-        self.current_replicas.remove(&labels);
-        self.paused.remove(&labels);
-        self.min_replicas.remove(&labels);
-        self.max_replicas.remove(&labels);
-        self.syncs_without_signal.remove(&labels);
-        self.objective_attainment.remove(&labels);
-        self.objective_headroom.remove(&labels);
+        let id = scaler_labels(namespace, scaler);
+        for family in [
+            &self.desired_replicas,
+            &self.current_replicas,
+            &self.paused,
+            &self.min_replicas,
+            &self.max_replicas,
+            &self.syncs_without_signal,
+        ] {
+            family.remove(&id);
+        }
+        self.objective_attainment.remove(&id);
+        self.objective_headroom.remove(&id);
         for result in SyncResult::ALL {
             self.syncs.remove(&SyncLabels {
-                namespace: namespace.to_owned(),
-                scaler: scaler.to_owned(),
+                namespace: id.namespace.clone(),
+                scaler: id.scaler.clone(),
                 result,
             });
         }
         for reason in FailureReason::ALL {
             self.sync_failures.remove(&FailureLabels {
-                namespace: namespace.to_owned(),
-                scaler: scaler.to_owned(),
+                namespace: id.namespace.clone(),
+                scaler: id.scaler.clone(),
                 reason,
             });
         }
         for direction in ["up", "down"] {
             self.scale_events.remove(&ScaleLabels {
-                namespace: namespace.to_owned(),
-                scaler: scaler.to_owned(),
+                namespace: id.namespace.clone(),
+                scaler: id.scaler.clone(),
                 direction: direction.to_owned(),
             });
         }
-        let recorded = self.names().remove(&labels).unwrap_or_default();
+        let recorded = self.names().remove(&id).unwrap_or_default();
         let named = metrics.into_iter().map(str::to_owned);
         for metric in recorded.into_iter().chain(named) {
-            self.remove_metric(namespace, scaler, metric);
+            self.remove_metric(&id, metric);
         }
         for condition in CONDITIONS {
             for status in ["true", "false"] {
                 self.condition.remove(&ConditionLabels {
-                    namespace: namespace.to_owned(),
-                    scaler: scaler.to_owned(),
+                    namespace: id.namespace.clone(),
+                    scaler: id.scaler.clone(),
                     condition,
                     status,
                 });
@@ -468,10 +501,11 @@ impl Metrics {
     }
 }
 
-fn scaler_labels(namespace: &str, scaler: &str) -> ScalerLabels {
+/// The labels that name a scaler; every series made from them shares their two strings.
+pub fn scaler_labels(namespace: &str, scaler: &str) -> ScalerLabels {
     ScalerLabels {
-        namespace: namespace.to_owned(),
-        scaler: scaler.to_owned(),
+        namespace: namespace.into(),
+        scaler: scaler.into(),
     }
 }
 
@@ -575,7 +609,7 @@ mod tests {
         m.metric_value.get_or_create(&metric).set(0.5);
         m.metric_target.get_or_create(&metric).set(0.8);
         m.observe_query(metric, Duration::from_millis(1), false);
-        m.set_condition("ns", "s", "Ready", true);
+        m.set_condition(&scaler_labels("ns", "s"), "Ready", true);
         m.syncs
             .get_or_create(&SyncLabels {
                 namespace: "ns".into(),

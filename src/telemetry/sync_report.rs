@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use super::metrics::{
-    FailureLabels, MetricLabels, Metrics, ScaleLabels, ScalerLabels, SyncLabels, SyncResult,
+    FailureLabels, MetricLabels, Metrics, ScaleLabels, SyncLabels, SyncResult, scaler_labels,
 };
 use crate::failure::FailureReason;
 
@@ -16,6 +16,9 @@ pub struct SyncReport<'a> {
     pub namespace: &'a str,
     pub scaler: &'a str,
     pub elapsed: Duration,
+    /// How late after its instant of the period the sync had read its signal; none for a sync
+    /// that was not due (brought forward by a change, the first after a start).
+    pub lateness: Option<Duration>,
     /// Each condition the sync sets, by name, and whether it is True.
     pub conditions: Vec<(&'static str, bool)>,
     pub outcome: Reported<'a>,
@@ -53,13 +56,14 @@ pub struct Decided<'a> {
 impl Metrics {
     /// Records one sync in every family it touches.
     pub fn record(&self, report: &SyncReport<'_>) {
-        let (namespace, scaler) = (report.namespace, report.scaler);
+        // Made once: every series this sync makes shares its two strings.
+        let id = scaler_labels(report.namespace, report.scaler);
         let result = match &report.outcome {
             Reported::Failed(reason) => {
                 self.sync_failures
                     .get_or_create(&FailureLabels {
-                        namespace: namespace.to_owned(),
-                        scaler: scaler.to_owned(),
+                        namespace: id.namespace.clone(),
+                        scaler: id.scaler.clone(),
                         reason: *reason,
                     })
                     .inc();
@@ -69,24 +73,27 @@ impl Metrics {
         };
         self.syncs
             .get_or_create(&SyncLabels {
-                namespace: namespace.to_owned(),
-                scaler: scaler.to_owned(),
+                namespace: id.namespace.clone(),
+                scaler: id.scaler.clone(),
                 result,
             })
             .inc();
         self.sync_duration.observe(report.elapsed.as_secs_f64());
+        if let Some(lateness) = report.lateness {
+            self.sync_lateness.observe(lateness.as_secs_f64());
+        }
         for (condition, ok) in &report.conditions {
-            self.set_condition(namespace, scaler, condition, *ok);
+            self.set_condition(&id, condition, *ok);
         }
         let Reported::Decided(decided) = &report.outcome else {
             // No value stands while it cannot be read.
-            self.clear_metric_values(namespace, scaler);
+            self.clear_metric_values(&id);
             return;
         };
         for (metric, value, target) in &decided.metrics {
             let labels = MetricLabels {
-                namespace: namespace.to_owned(),
-                scaler: scaler.to_owned(),
+                namespace: id.namespace.clone(),
+                scaler: id.scaler.clone(),
                 metric: (*metric).to_owned(),
             };
             self.set_metric(&labels, *value, *target);
@@ -97,11 +104,7 @@ impl Metrics {
             .map(|(name, _, _)| *name)
             .chain(decided.also_in_use.iter().copied())
             .collect();
-        self.retain_metrics(namespace, scaler, &in_use);
-        let labels = ScalerLabels {
-            namespace: namespace.to_owned(),
-            scaler: scaler.to_owned(),
-        };
+        self.retain_metrics(&id, &in_use);
         for (family, value) in [
             (&self.desired_replicas, i64::from(decided.desired)),
             (&self.current_replicas, i64::from(decided.ready)),
@@ -113,7 +116,7 @@ impl Metrics {
                 i64::from(decided.syncs_without_signal),
             ),
         ] {
-            family.get_or_create(&labels).set(value);
+            family.get_or_create(&id).set(value);
         }
         for (family, value) in [
             (&self.objective_attainment, decided.attainment),
@@ -121,10 +124,10 @@ impl Metrics {
         ] {
             match value {
                 Some(share) => {
-                    family.get_or_create(&labels).set(share);
+                    family.get_or_create(&id).set(share);
                 }
                 None => {
-                    family.remove(&labels);
+                    family.remove(&id);
                 }
             }
         }
@@ -133,8 +136,8 @@ impl Metrics {
             let direction = if written > before { "up" } else { "down" };
             self.scale_events
                 .get_or_create(&ScaleLabels {
-                    namespace: namespace.to_owned(),
-                    scaler: scaler.to_owned(),
+                    namespace: id.namespace.clone(),
+                    scaler: id.scaler.clone(),
                     direction: direction.to_owned(),
                 })
                 .inc();

@@ -42,6 +42,12 @@ impl Env {
             "full",
             "needs CLUSTER_PROFILE=full make cluster-up (make test does)"
         );
+        Self::bare(prefix).await
+    }
+
+    /// A namespace on whichever control plane runs, the minimal one included (no controllers:
+    /// a Deployment gets no pods, so the test plays its status), with the CRD installed.
+    pub async fn bare(prefix: &str) -> Self {
         let client = super::client().await;
         super::ensure_crd(&client).await;
         let ns = super::namespace(&client, prefix).await;

@@ -506,3 +506,46 @@ impl Drop for Spawned {
         }
     }
 }
+
+/// What the external metrics API listening on `port` answers for `path` (below
+/// `/apis/external.metrics.k8s.io/v1beta1/namespaces/<env.ns>/`), asked as the aggregator asks:
+/// with its front-proxy client certificate, trusting the CA in the `serving` Secret of
+/// `env.ns`. `None` while that Secret or an answer is not there yet.
+pub async fn external_metrics_as_aggregator(
+    env: &env::Env,
+    port: u16,
+    path: &str,
+) -> Option<serde_json::Value> {
+    use k8s_openapi::api::core::v1::Secret;
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), &env.ns);
+    let ca = secrets
+        .get("serving")
+        .await
+        .ok()?
+        .data?
+        .get("ca.crt")?
+        .0
+        .clone();
+    let pki = kubeconfig_path().parent().unwrap().join("pki");
+    let mut pem = std::fs::read(pki.join("front-proxy-client.crt")).unwrap();
+    pem.extend(std::fs::read(pki.join("front-proxy-client.key")).unwrap());
+    let client = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(&ca).ok()?])
+        .identity(reqwest::Identity::from_pem(&pem).unwrap())
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    client
+        .get(format!(
+            "https://localhost:{port}/apis/external.metrics.k8s.io/v1beta1/namespaces/{}/{path}",
+            env.ns
+        ))
+        .header("X-Remote-User", "test")
+        .header("X-Remote-Group", "system:masters")
+        .send()
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()
+}

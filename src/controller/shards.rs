@@ -1,0 +1,208 @@
+//! Scalers of shards another replica leads (`--shards` above 1): this replica neither queries
+//! their signal nor writes them. It serves their values on the external metrics API from their
+//! status, which the leader of their shard writes whenever a value changes, and looks at them
+//! again at their next slot in case it leads their shard by then.
+//!
+//! What is served so is at most one status write behind the leader (plus the watch's delay): an
+//! unchanged value is not rewritten, so while the shard's leader renews its Lease the value is
+//! served as current; once nobody renews it, the value ages from its `measuredAt` and the API
+//! stops serving it three periods later, unless a new leader has synced the scaler by then
+//! (within a lease and one period).
+
+use std::collections::HashSet;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+
+use super::{Context, schedule};
+use crate::api::LLMScaler;
+use crate::metric_cache::{CachedMetric, ScalerKey, ScalerSnapshot};
+
+/// The scalers (by uid) this replica last found led by another, so that what it knew of each is
+/// dropped once, when it stops leading it.
+#[derive(Default)]
+pub struct StandingBy(Mutex<HashSet<String>>);
+
+impl StandingBy {
+    /// True when `uid` was not standing by before.
+    fn begin(&self, uid: &str) -> bool {
+        let mut set = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if set.contains(uid) {
+            return false;
+        }
+        set.insert(uid.to_owned())
+    }
+
+    /// True when `uid` was standing by.
+    pub(super) fn end(&self, uid: &str) -> bool {
+        let mut set = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        set.remove(uid)
+    }
+}
+
+/// For a scaler this replica does not evaluate: its values served from its status, and the
+/// delay to its next slot, when this replica looks again. `None`: this replica evaluates it.
+pub(super) fn elsewhere(scaler: &LLMScaler, ctx: &Context) -> Option<Duration> {
+    if !ctx.leadership.sharded() {
+        return None;
+    }
+    let uid = scaler.uid().unwrap_or_default();
+    if ctx.leadership.evaluates(&uid) {
+        if ctx.standing_by.end(&uid) {
+            // Taken over: this look came at its slot (or on a new spec), so it syncs now rather
+            // than wait for its slot once more as a scaler first seen after a restart does.
+            ctx.memory.first_time(super::memory::FIRST_SIGHT, &uid);
+        }
+        return None;
+    }
+    if ctx.standing_by.begin(&uid) {
+        // Its leader reports it now: this replica's series of it would go stale, and what it
+        // remembers (told events, demand samples) would be out of date if the shard came back.
+        ctx.metrics.forget(
+            &scaler.namespace().unwrap_or_default(),
+            &scaler.name_any(),
+            super::metric_names(scaler).iter().map(String::as_str),
+        );
+        ctx.memory.forget(&uid);
+        tracing::debug!(
+            scaler = %scaler.name_any(), shard = ctx.leadership.shard_of(&uid),
+            "led by another replica: served from its status"
+        );
+    }
+    serve_from_status(ctx, scaler);
+    let period =
+        Duration::from_secs(u64::try_from(scaler.spec.sync_period_seconds.max(1)).unwrap_or(1));
+    let wait = schedule::first_slot(&uid, period, std::time::SystemTime::now());
+    // On its slot now: the next one, not a spin.
+    Some(if wait.is_zero() { period } else { wait })
+}
+
+/// Feeds the metric cache from the scaler's status, for a scaler another replica leads; a
+/// scaler this replica evaluates is left alone (its syncs feed the cache).
+pub(super) fn watched(ctx: &Context, scaler: &LLMScaler) {
+    if ctx.leadership.sharded() && !ctx.leadership.evaluates(&scaler.uid().unwrap_or_default()) {
+        serve_from_status(ctx, scaler);
+    }
+}
+
+/// The leader's last sync as its status tells, in the metric cache: nothing when that sync
+/// failed (as the leader's own cache). Stamped now while the leader renews its shard's Lease
+/// (an unchanged value is not rewritten, so its `measuredAt` is when it last changed), else when
+/// it was measured.
+fn serve_from_status(ctx: &Context, scaler: &LLMScaler) {
+    let key = ScalerKey {
+        namespace: scaler.namespace().unwrap_or_default(),
+        name: scaler.name_any(),
+    };
+    let Some(snapshot) = snapshot(
+        scaler,
+        ctx.leadership
+            .led_elsewhere(&scaler.uid().unwrap_or_default()),
+        (ctx.clock)(),
+    ) else {
+        ctx.cache.remove(&key);
+        return;
+    };
+    ctx.cache.update(key, snapshot);
+}
+
+fn snapshot(scaler: &LLMScaler, current: bool, now: Timestamp) -> Option<ScalerSnapshot> {
+    let status = scaler.status.as_ref()?;
+    let ready = status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == super::status::READY && c.status == "True");
+    if !ready {
+        return None;
+    }
+    let stamp = |measured: Option<Timestamp>| {
+        if current {
+            now
+        } else {
+            measured.unwrap_or(Timestamp::UNIX_EPOCH)
+        }
+    };
+    let metrics: Vec<CachedMetric> = status
+        .current_metrics
+        .iter()
+        .map(|m| CachedMetric {
+            name: m.name.clone(),
+            value: m.value.as_deref().and_then(|v| v.parse::<f64>().ok()),
+            measured_at: stamp(m.measured_at.as_ref().map(|t| t.0)),
+            recommendation: m.recommended_replicas,
+            error: m.error.clone(),
+        })
+        .collect();
+    let newest = status
+        .current_metrics
+        .iter()
+        .filter_map(|m| m.measured_at.as_ref().map(|t| t.0))
+        .max();
+    Some(ScalerSnapshot {
+        uid: scaler.uid().unwrap_or_default(),
+        metrics,
+        current_replicas: status.current_replicas,
+        desired_replicas: status.desired_replicas,
+        synced_at: stamp(newest),
+        sync_period_seconds: scaler.spec.sync_period_seconds,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn scaler(ready: &str) -> LLMScaler {
+        serde_json::from_value(json!({
+            "apiVersion": "autoscaling.modelsphere.dev/v1alpha1", "kind": "LLMScaler",
+            "metadata": { "name": "s", "namespace": "ns", "uid": "u-1" },
+            "spec": {
+                "targetRef": { "apiVersion": "apps/v1", "kind": "Deployment", "name": "d" },
+                "serverAddress": "http://prometheus:9090", "syncPeriodSeconds": 10,
+                "minReplicas": 1, "maxReplicas": 4,
+                "metrics": [{ "name": "load", "query": "q", "target": "1" }]
+            },
+            "status": {
+                "currentReplicas": 2, "desiredReplicas": 3,
+                "conditions": [{ "type": "Ready", "status": ready, "reason": "Synced", "message": "",
+                                 "lastTransitionTime": "2026-01-01T00:00:00Z" }],
+                "currentMetrics": [
+                    { "name": "load", "value": "1.5", "recommendedReplicas": 3,
+                      "measuredAt": "2026-01-01T00:00:00Z" },
+                    { "name": "other", "error": "no data", "measuredAt": "2026-01-01T00:00:05Z" }
+                ]
+            }
+        }))
+        .expect("a valid scaler")
+    }
+
+    #[test]
+    fn a_scaler_led_elsewhere_is_served_as_its_status_says() {
+        let now: Timestamp = "2026-01-01T01:00:00Z".parse().expect("a time");
+        let current = snapshot(&scaler("True"), true, now).expect("served");
+        assert_eq!(current.uid, "u-1");
+        assert_eq!((current.current_replicas, current.desired_replicas), (2, 3));
+        assert_eq!(current.metrics[0].value, Some(1.5));
+        assert_eq!(current.metrics[0].recommendation, Some(3));
+        assert_eq!(current.metrics[0].measured_at, now);
+        assert_eq!(current.metrics[1].value, None);
+        assert_eq!(current.metrics[1].error.as_deref(), Some("no data"));
+        assert_eq!(current.synced_at, now);
+        assert_eq!(current.sync_period_seconds, 10);
+
+        // Nobody renews the shard: the values age from when they were measured.
+        let aging = snapshot(&scaler("True"), false, now).expect("served");
+        let measured: Timestamp = "2026-01-01T00:00:00Z".parse().expect("a time");
+        assert_eq!(aging.metrics[0].measured_at, measured);
+        assert_eq!(
+            aging.synced_at,
+            "2026-01-01T00:00:05Z".parse::<Timestamp>().expect("a time")
+        );
+
+        // The leader's last sync failed: nothing, as on the leader.
+        assert!(snapshot(&scaler("False"), true, now).is_none());
+    }
+}
