@@ -47,50 +47,43 @@ fn every_metric_the_rules_read_is_served_by_the_operator() {
     assert!(named.len() >= 6, "{named:?}");
     // One scaler's series in every family (an empty family is not exposed at all).
     use llmscaleoperator::controller::FailureReason;
-    use llmscaleoperator::telemetry::metrics::{
-        FailureLabels, MetricLabels, Metrics, ScalerLabels, SyncLabels, SyncResult, scaler_labels,
-    };
+    use llmscaleoperator::telemetry::metrics::{Metrics, SyncResult};
+    use llmscaleoperator::telemetry::sync_report::{Decided, Reported, SyncReport};
     let metrics = Metrics::default();
-    let scaler = ScalerLabels {
-        namespace: "prod".into(),
-        scaler: "llama".into(),
-    };
-    for gauge in [
-        &metrics.desired_replicas,
-        &metrics.current_replicas,
-        &metrics.paused,
-        &metrics.min_replicas,
-        &metrics.max_replicas,
-        &metrics.syncs_without_signal,
-    ] {
-        gauge.get_or_create(&scaler).set(1);
-    }
-    metrics
-        .syncs
-        .get_or_create(&SyncLabels {
-            namespace: "prod".into(),
-            scaler: "llama".into(),
+    let decided = || SyncReport {
+        namespace: "prod",
+        scaler: "llama",
+        elapsed: std::time::Duration::from_millis(2),
+        lateness: Some(std::time::Duration::from_millis(1)),
+        conditions: vec![("Ready", true), ("ObjectiveMet", false)],
+        outcome: Reported::Decided(Decided {
             result: SyncResult::Held,
-        })
-        .inc();
-    metrics
-        .sync_failures
-        .get_or_create(&FailureLabels {
-            namespace: "prod".into(),
-            scaler: "llama".into(),
-            reason: FailureReason::TargetNotFound,
-        })
-        .inc();
+            metrics: vec![("kv", Some(0.5), Some(0.8))],
+            also_in_use: Vec::new(),
+            desired: 1,
+            ready: 1,
+            paused: false,
+            min: 1,
+            max: 1,
+            syncs_without_signal: 1,
+            attainment: Some(0.5),
+            headroom: Some(0.1),
+            written: Some((1, 2)),
+        }),
+    };
+    metrics.record(&decided());
+    metrics.record(&SyncReport {
+        outcome: Reported::Failed(FailureReason::TargetNotFound),
+        ..decided()
+    });
+    metrics.record(&decided());
     metrics.observe_query(
-        MetricLabels {
-            namespace: "prod".into(),
-            scaler: "llama".into(),
-            metric: "kv".into(),
-        },
+        "prod",
+        "llama",
+        "kv",
         std::time::Duration::from_millis(3),
         false,
     );
-    metrics.set_condition(&scaler_labels("prod", "llama"), "ObjectiveMet", false);
     let exposition = metrics.encode().unwrap();
     let served: BTreeSet<String> = exposition
         .lines()

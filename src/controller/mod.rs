@@ -268,9 +268,7 @@ fn forget_scaler(ctx: &Arc<Context>, scaler: &LLMScaler) {
         namespace: namespace.clone(),
         name: name.clone(),
     });
-    let metric_names = metric_names(scaler);
-    ctx.metrics
-        .forget(&namespace, &name, metric_names.iter().map(String::as_str));
+    ctx.metrics.forget(&namespace, &name);
     tracing::info!(scaler = %name, namespace = %namespace, "LLMScaler deleted");
     // Deletion-cost marks of a scale-down that never happened would steer the next scale-down of
     // whoever scales the target now; the leader takes them away.
@@ -293,19 +291,6 @@ fn forget_scaler(ctx: &Arc<Context>, scaler: &LLMScaler) {
     } else {
         ctx.memory.forget(&uid);
     }
-}
-
-/// Every name the scaler's per-metric series may be recorded under.
-fn metric_names(scaler: &LLMScaler) -> Vec<String> {
-    scaler
-        .spec
-        .metrics
-        .iter()
-        .flatten()
-        .enumerate()
-        .map(|(i, m)| reconcile::metric_name(m, i))
-        .chain(std::iter::once(crate::names::DECISION_METRIC.to_owned()))
-        .collect()
 }
 
 /// Upper bound on any single start-up call to the API server.

@@ -5,7 +5,7 @@
 
 use crate::signals::http::Redacted;
 use crate::signals::read::Read;
-use crate::telemetry::metrics::{MetricLabels, Metrics};
+use crate::telemetry::metrics::Metrics;
 
 /// Records `read` for `metric` of the scaler `namespace/scaler` and hands its value on.
 pub(super) fn recorded<T>(
@@ -15,14 +15,6 @@ pub(super) fn recorded<T>(
     metric: &str,
     read: Read<T>,
 ) -> Result<T, Redacted> {
-    metrics.observe_query(
-        MetricLabels {
-            namespace: namespace.into(),
-            scaler: scaler.into(),
-            metric: metric.to_owned(),
-        },
-        read.took,
-        read.usable,
-    );
+    metrics.observe_query(namespace, scaler, metric, read.took, read.usable);
     read.value
 }

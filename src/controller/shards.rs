@@ -60,11 +60,8 @@ pub(super) fn elsewhere(scaler: &LLMScaler, ctx: &Context) -> Option<Duration> {
     if ctx.standing_by.begin(&uid) {
         // Its leader reports it now: this replica's series of it would go stale, and what it
         // remembers (told events, demand samples) would be out of date if the shard came back.
-        ctx.metrics.forget(
-            &scaler.namespace().unwrap_or_default(),
-            &scaler.name_any(),
-            super::metric_names(scaler).iter().map(String::as_str),
-        );
+        ctx.metrics
+            .forget(&scaler.namespace().unwrap_or_default(), &scaler.name_any());
         ctx.memory.forget(&uid);
         tracing::debug!(
             scaler = %scaler.name_any(), shard = ctx.leadership.shard_of(&uid),

@@ -4,6 +4,7 @@
 mod endpoints;
 mod logging;
 pub mod metrics;
+mod scaler_series;
 mod secure_metrics;
 pub mod sync_report;
 
