@@ -14,6 +14,7 @@ mod objective;
 mod preflight;
 mod reads;
 mod reconcile;
+mod relist;
 pub mod scale;
 pub mod schedule;
 pub mod secrets;
@@ -58,6 +59,8 @@ pub struct Context {
     pub leadership: crate::leader::Leadership,
     /// Scalers of shards another replica leads, as last seen.
     standing_by: shards::StandingBy,
+    /// Lists the scalers afresh, for the whole objects of a shard this replica leads now.
+    relist: relist::Relist,
     pub allowed: crate::signals::allow::AllowList,
     /// Secrets named by serverHeadersFrom, read at most every 30 s.
     pub secrets: secrets::SecretCache,
@@ -104,6 +107,7 @@ impl Context {
             tls_clients: Default::default(),
             memory: Default::default(),
             standing_by: Default::default(),
+            relist: Default::default(),
             clock: Arc::new(Timestamp::now),
             supervisor,
             client,
@@ -209,16 +213,41 @@ async fn run_one(
     ctx.conflicts.set_scalers(reader.clone());
     let forget = ctx.clone();
     let served = ctx.clone();
+    let leadership = ctx.leadership.clone();
+    if leadership.sharded() {
+        let relist = ctx.relist.clone();
+        let mut gains = leadership.shard_gains();
+        let stop = shutdown.clone();
+        supervisor.spawn_service("shard gains".to_owned(), async move {
+            let asking = async {
+                while gains.gained().await.is_some() {
+                    relist.want();
+                }
+                // The campaign has ended (a shutdown under way): nothing more to ask for.
+                std::future::pending::<()>().await;
+            };
+            tokio::select! {
+                () = asking => {}
+                () = stop.cancelled() => {}
+            }
+        });
+    }
+    let events = relist::scaler_events(
+        scalers,
+        watcher::Config::default().any_semantic(),
+        &ctx.relist,
+    );
     let stream = reflector::reflector(
         writer,
-        watcher(scalers, watcher::Config::default().any_semantic())
+        events.modify(move |s| {
             // Never read; on a big fleet a large share of each cached scaler.
-            .modify(|s| {
-                s.managed_fields_mut().clear();
-                s.annotations_mut().remove(target_watches::LAST_APPLIED);
-            }),
+            s.managed_fields_mut().clear();
+            s.annotations_mut().remove(target_watches::LAST_APPLIED);
+            if leadership.sharded() && !leadership.evaluates(&s.uid().unwrap_or_default()) {
+                shards::stand_in(s);
+            }
+        }),
     )
-    .default_backoff()
     .inspect(move |event| {
         if let Ok(watcher::Event::Delete(scaler)) = event {
             forget_scaler(&forget, scaler);

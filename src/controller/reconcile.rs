@@ -91,6 +91,12 @@ async fn sync(scaler: Arc<LLMScaler>, ctx: Arc<Context>) -> Result<Action, Recon
     if let Some(wait) = super::shards::elsewhere(&scaler, &ctx) {
         return Ok(Action::requeue(wait));
     }
+    if super::shards::is_stand_in(&scaler) {
+        // Led here now, but the cache holds only what it kept while another replica led it:
+        // the whole object comes with the next list of the scalers.
+        ctx.relist.want();
+        return Ok(Action::requeue(STAND_IN_WAIT));
+    }
     if let Some(wait) = wait_for_own_slot(&scaler, &ctx) {
         return Ok(requeue(&ctx, &uid, wait));
     }
@@ -138,6 +144,9 @@ async fn evaluate(
         Err(_) => scaler.spec.retry_period_seconds,
     })
 }
+
+/// How soon a scaler found as a stand-in is looked at again: a list of the scalers takes seconds.
+const STAND_IN_WAIT: Duration = Duration::from_secs(1);
 
 /// Requeues a sync `wait` from now, remembering when it is due.
 fn requeue(ctx: &Context, uid: &str, wait: Duration) -> Action {

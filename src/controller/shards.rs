@@ -147,6 +147,65 @@ fn snapshot(scaler: &LLMScaler, current: bool, now: Timestamp) -> Option<ScalerS
     })
 }
 
+/// Strips a scaler another replica leads down to what this replica reads of it: what serving
+/// its values from its status takes (`snapshot`: the Ready condition's status, the metrics'
+/// readings, the replica counts, the sync period) and what the conflict checks of this replica's
+/// own scalers read (its target, bounds, creation time and dry-run annotation). A scaler's spec
+/// and status are most of its memory, and a replica of a sharded fleet holds every scaler.
+///
+/// The stand-in is marked by an empty serverAddress, which admission refuses on a real object;
+/// when this replica comes to lead the shard, the whole object is listed again (`relist`).
+pub(super) fn stand_in(scaler: &mut LLMScaler) {
+    let meta = &mut scaler.metadata;
+    let dry_run = meta
+        .annotations
+        .as_mut()
+        .and_then(|a| a.remove_entry(crate::names::DRY_RUN_ANNOTATION));
+    meta.annotations = dry_run.map(|(k, v)| std::iter::once((k, v)).collect());
+    meta.labels = None;
+    meta.owner_references = None;
+    meta.finalizers = None;
+    meta.managed_fields = None;
+    meta.generate_name = None;
+    meta.self_link = None;
+    let spec = &mut scaler.spec;
+    spec.server_address = String::new();
+    spec.custom_provider = None;
+    spec.server_headers = None;
+    spec.server_headers_from = None;
+    spec.server_tls = None;
+    spec.server_auth = None;
+    spec.metrics = None;
+    spec.objective = None;
+    spec.scale_up.policies = Vec::new();
+    spec.scale_up.tolerance = String::new();
+    spec.scale_down.policies = Vec::new();
+    spec.scale_down.tolerance = String::new();
+    spec.startup_seconds = None;
+    spec.scale_to_zero = None;
+    spec.fallback = None;
+    spec.preemption = None;
+    if let Some(status) = &mut scaler.status {
+        status
+            .conditions
+            .retain(|c| c.type_ == super::status::READY);
+        for condition in &mut status.conditions {
+            condition.reason = String::new();
+            condition.message = String::new();
+        }
+        status.last_scale_time = None;
+        status.recommendation_history = None;
+        status.startup = None;
+        status.scale_to_zero = None;
+        status.objective = None;
+    }
+}
+
+/// Whether this is what [`stand_in`] kept of a scaler.
+pub(super) fn is_stand_in(scaler: &LLMScaler) -> bool {
+    scaler.spec.server_address.is_empty()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,5 +260,40 @@ mod tests {
 
         // The leader's last sync failed: nothing, as on the leader.
         assert!(snapshot(&scaler("False"), true, now).is_none());
+    }
+
+    #[test]
+    fn a_stand_in_serves_as_the_scaler_and_is_told_apart() {
+        let now: Timestamp = "2026-01-01T01:00:00Z".parse().expect("a time");
+        for ready in ["True", "False"] {
+            let whole = scaler(ready);
+            let mut kept = whole.clone();
+            stand_in(&mut kept);
+            assert!(is_stand_in(&kept) && !is_stand_in(&whole));
+            for current in [true, false] {
+                assert_eq!(
+                    snapshot(&whole, current, now),
+                    snapshot(&kept, current, now)
+                );
+            }
+            // What the conflict checks read of another scaler.
+            assert_eq!(kept.spec.target_ref, whole.spec.target_ref);
+            assert_eq!(kept.metadata.uid, whole.metadata.uid);
+            assert_eq!(kept.spec.metrics, None);
+        }
+        let mut dry = scaler("True");
+        dry.metadata.annotations = Some(
+            [
+                (
+                    crate::names::DRY_RUN_ANNOTATION.to_owned(),
+                    "true".to_owned(),
+                ),
+                ("other".to_owned(), "x".to_owned()),
+            ]
+            .into(),
+        );
+        stand_in(&mut dry);
+        assert!(super::super::annotations::is_dry_run(&dry));
+        assert_eq!(dry.metadata.annotations.as_ref().map(|a| a.len()), Some(1));
     }
 }

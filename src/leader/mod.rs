@@ -166,6 +166,17 @@ impl Leadership {
         self.may_write_shard(shard).then_some(guard)
     }
 
+    /// Wakes when this replica comes to lead a shard it did not lead before, as the campaign
+    /// publishes it.
+    pub fn shard_gains(&self) -> ShardGains {
+        let states = self.election.as_ref().map(|e| e.shards.clone());
+        let led = states
+            .as_ref()
+            .map(|s| led_now(&s.borrow()))
+            .unwrap_or_default();
+        ShardGains { states, led }
+    }
+
     /// Wakes when leadership of shard 0 is won or lost, as [`Leadership::may_write`] would tell.
     pub fn changes(&self) -> LeadershipChanges {
         LeadershipChanges {
@@ -240,6 +251,41 @@ impl LeadershipChanges {
                 }
                 // Not leading: only a new deadline can change that.
                 None => until.changed().await.ok()?,
+            }
+        }
+    }
+}
+
+/// Which shards this replica leads now, by index.
+fn led_now(states: &[ShardState]) -> Vec<bool> {
+    let now = Instant::now();
+    states.iter().map(|s| leading(s.until, now)).collect()
+}
+
+/// Shards won: see [`Leadership::shard_gains`].
+pub struct ShardGains {
+    /// `None`: no election, nothing is ever won.
+    states: Option<watch::Receiver<Vec<ShardState>>>,
+    /// The shards led when last looked at.
+    led: Vec<bool>,
+}
+
+impl ShardGains {
+    /// Waits until the campaign publishes the lead of a shard this replica did not lead when
+    /// last looked at. A lead that lapses unpublished and is won again is not told here (its
+    /// deadline passing is not an event); `None` once nothing can change any more.
+    pub async fn gained(&mut self) -> Option<()> {
+        let states = self.states.as_mut()?;
+        loop {
+            states.changed().await.ok()?;
+            let led = led_now(&states.borrow_and_update());
+            let won = led
+                .iter()
+                .enumerate()
+                .any(|(i, now)| *now && !self.led.get(i).copied().unwrap_or(false));
+            self.led = led;
+            if won {
+                return Some(());
             }
         }
     }
