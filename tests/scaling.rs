@@ -277,7 +277,13 @@ async fn scale_to_zero_scaler(env: &Env, idle_seconds: u64, min_awake_seconds: u
 
 /// status.scaleToZero of scaler `z`, once written.
 async fn zero_status(env: &Env) -> Option<ScaleToZeroStatus> {
-    env.scalers().get("z").await.ok()?.status?.scale_to_zero
+    env.scalers()
+        .get("z")
+        .await
+        .ok()?
+        .status?
+        .scale_to_zero
+        .map(|z| *z)
 }
 
 /// Demand that returns during the idle period stops its timer, in the stored status too: the next

@@ -124,7 +124,7 @@ pub fn stages(spec: &LLMScalerSpec, pause: Option<Pause>) -> Result<Stages, Beha
     Ok(Stages {
         objective: spec
             .objective
-            .as_ref()
+            .as_deref()
             .map(super::objective::rules)
             .transpose()?,
         zero: zero_rules(spec)?,

@@ -196,7 +196,7 @@ pub struct LLMScalerSpec {
     /// Settings for the decision server. Required when metricProvider is Custom; ignored
     /// otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub custom_provider: Option<CustomProvider>,
+    pub custom_provider: Option<Box<CustomProvider>>,
 
     /// Base URL of the signal source. Under Prometheus, the server whose /api/v1/query endpoint
     /// answers the queries (e.g. http://prometheus-operated.monitoring.svc:9090). Under Custom,
@@ -223,12 +223,12 @@ pub struct LLMScalerSpec {
     /// most every 30 seconds, so a rotation is picked up). The operator needs get on them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[serde(rename = "serverTLS")]
-    pub server_tls: Option<ServerTls>,
+    pub server_tls: Option<Box<ServerTls>>,
 
     /// Credentials for serverAddress from a Secret of the scaler's namespace: basic auth (keys
     /// username and password) or a bearer token, sent as the Authorization header.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub server_auth: Option<ServerAuth>,
+    pub server_auth: Option<Box<ServerAuth>>,
 
     /// Fewest replicas the scaler will ever ask for. 0 allows scale-to-zero.
     #[schemars(range(min = 0))]
@@ -252,7 +252,7 @@ pub struct LLMScalerSpec {
     /// Entries in metrics, if any, still apply with their own fixed targets (the largest
     /// recommendation wins), so they act as floors. Prometheus provider only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub objective: Option<Objective>,
+    pub objective: Option<Box<Objective>>,
 
     /// Seconds between two evaluations of the signal; also the pace of consecutive scale steps.
     #[serde(default = "default_sync_period_seconds")]
@@ -289,7 +289,7 @@ pub struct LLMScalerSpec {
     /// it, minReplicas: 0 still lets the metrics scale the target to zero, but a per-pod query has
     /// nothing to measure there and cannot wake it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scale_to_zero: Option<ScaleToZero>,
+    pub scale_to_zero: Option<Box<ScaleToZero>>,
 
     /// Opt-in: after failureThreshold consecutive syncs without a usable signal (every query
     /// failed or empty, or the decision server unusable), run at least `replicas` until the
@@ -869,7 +869,7 @@ pub struct LLMScalerStatus {
 
     /// Where the target is in its sleep cycle, under scaleToZero.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scale_to_zero: Option<ScaleToZeroStatus>,
+    pub scale_to_zero: Option<Box<ScaleToZeroStatus>>,
 
     /// Consecutive syncs without a usable signal (what fallback.failureThreshold counts); absent
     /// while the signal is fine.
@@ -878,7 +878,7 @@ pub struct LLMScalerStatus {
 
     /// What the operator has learned about the objective, under one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub objective: Option<ObjectiveStatus>,
+    pub objective: Option<Box<ObjectiveStatus>>,
 }
 
 /// The capacity learned for the objective, and how the objective fares.

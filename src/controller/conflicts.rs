@@ -9,7 +9,7 @@
 //! target are read, from the watch caches as they are now. A scan of every cached scaler at every
 //! sync was most of a sync's cost at 5,000 scalers (O(fleet²) work per period).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -303,8 +303,9 @@ impl Indexed {
 /// dry run is read as it is now.
 #[derive(Default)]
 struct ScalerIndex {
-    /// namespace → target → uid → name.
-    by_target: HashMap<String, HashMap<TargetKey, BTreeMap<String, String>>>,
+    /// namespace → target → (uid, name) of each scaler filed there: nearly always one, so a
+    /// list (a map per target would allocate a node for its one entry).
+    by_target: HashMap<String, HashMap<TargetKey, Vec<(String, String)>>>,
     /// uid → (namespace, target, name) it is filed under.
     filed: HashMap<String, (String, TargetKey, String)>,
     seeded: bool,
@@ -333,8 +334,8 @@ impl ScalerIndex {
             .entry(namespace.clone())
             .or_default()
             .entry(key.clone())
-            .or_default()
-            .insert(uid.clone(), name.clone());
+            .or_insert_with(|| Vec::with_capacity(1))
+            .push((uid.clone(), name.clone()));
         self.filed
             .insert(uid.clone(), (namespace.clone(), key, name));
     }
@@ -345,7 +346,7 @@ impl ScalerIndex {
         };
         if let Some(targets) = self.by_target.get_mut(&namespace) {
             if let Some(uids) = targets.get_mut(&key) {
-                uids.remove(uid);
+                uids.retain(|(filed, _)| filed != uid);
                 if uids.is_empty() {
                     targets.remove(&key);
                 }
@@ -381,7 +382,7 @@ impl ScalerIndex {
         self.by_target
             .get(namespace)
             .and_then(|targets| targets.get(target))
-            .map(|uids| uids.iter().map(|(u, n)| (u.clone(), n.clone())).collect())
+            .cloned()
             .unwrap_or_default()
     }
 

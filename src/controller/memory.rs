@@ -50,6 +50,8 @@ impl Record {
         if self.told.contains(&told) {
             return false;
         }
+        // One or two a scaler: exactly as many as told (a push would make room for four).
+        self.told.reserve_exact(1);
         self.told.push(told);
         true
     }
@@ -97,6 +99,7 @@ impl Memories {
             match r.last_told.iter_mut().find(|(t, _)| *t == topic) {
                 Some((_, last)) => std::mem::replace(last, digest) != digest,
                 None => {
+                    r.last_told.reserve_exact(1);
                     r.last_told.push((topic, digest));
                     true
                 }
@@ -160,7 +163,10 @@ impl Memories {
         self.with(uid, |r| {
             match r.events.iter_mut().find(|e| e.key == event.key) {
                 Some(known) => *known = event,
-                None => r.events.push(event),
+                None => {
+                    r.events.reserve_exact(1);
+                    r.events.push(event);
+                }
             }
         });
     }

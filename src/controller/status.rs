@@ -154,14 +154,16 @@ pub fn render(
             if let Some(startup) = startup {
                 status.startup = Some((*startup).clone());
             }
-            status.scale_to_zero = zero.zip(phase).map(|(z, phase)| ScaleToZeroStatus {
-                phase: phase.as_str().to_owned(),
-                idle_since: z.idle_since.map(Time),
-                woke_at: z.woke_at.map(Time),
+            status.scale_to_zero = zero.zip(phase).map(|(z, phase)| {
+                Box::new(ScaleToZeroStatus {
+                    phase: phase.as_str().to_owned(),
+                    idle_since: z.idle_since.map(Time),
+                    woke_at: z.woke_at.map(Time),
+                })
             });
             status.syncs_without_signal = (*syncs_without_signal > 0)
                 .then(|| i32::try_from(*syncs_without_signal).unwrap_or(i32::MAX));
-            status.objective = objective.map(objective_status);
+            status.objective = objective.map(|l| Box::new(objective_status(l)));
             match objective {
                 Some(learnt) => {
                     let (met, reason, message) = objective_met(learnt, decision, target);
@@ -989,11 +991,11 @@ mod tests {
             current_replicas: 2,
             desired_replicas: 3,
             last_scale_time: Some(Time(t(0))),
-            scale_to_zero: Some(ScaleToZeroStatus {
+            scale_to_zero: Some(Box::new(ScaleToZeroStatus {
                 phase: "Awake".into(),
                 idle_since: Some(Time(t(10))),
                 woke_at: Some(Time(t(5))),
-            }),
+            })),
             recommendation_history: Some(RecommendationHistory {
                 uid: "u1".into(),
                 target_uid: Some("t1".into()),
@@ -1006,11 +1008,11 @@ mod tests {
         };
         let rendered = LLMScalerStatus {
             current_replicas: 3,
-            scale_to_zero: Some(ScaleToZeroStatus {
+            scale_to_zero: Some(Box::new(ScaleToZeroStatus {
                 phase: "Awake".into(),
                 idle_since: None,
                 woke_at: Some(Time(t(5))),
-            }),
+            })),
             recommendation_history: Some(RecommendationHistory {
                 scale_up_entries: Vec::new(),
                 changes: Vec::new(),

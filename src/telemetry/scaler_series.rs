@@ -83,6 +83,8 @@ impl Record {
         let at = match self.metrics.iter().position(|m| &*m.name == name) {
             Some(at) => at,
             None => {
+                // One or two a scaler: exactly as many as read (a push would make room for four).
+                self.metrics.reserve_exact(1);
                 self.metrics.push(MetricSeries::new(name));
                 self.metrics.len() - 1
             }
