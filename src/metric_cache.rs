@@ -58,6 +58,12 @@ impl MetricCache {
         map.remove(key);
     }
 
+    /// Keeps only the scalers `keep` says to.
+    pub fn retain(&self, keep: impl Fn(&ScalerKey, &ScalerSnapshot) -> bool) {
+        let mut map = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+        map.retain(|k, v| keep(k, v));
+    }
+
     pub fn get(&self, key: &ScalerKey) -> Option<ScalerSnapshot> {
         let map = self.inner.read().unwrap_or_else(PoisonError::into_inner);
         map.get(key).cloned()

@@ -1666,3 +1666,37 @@ async fn the_controller_and_the_lab_entrant_learn_the_objective_alike() {
         "{by_controller:?}"
     );
 }
+
+/// A scaler deleted while the scalers were being listed leaves the store at the end of the list
+/// without a Delete event: what this replica kept of it goes then, and nothing of the others.
+#[tokio::test]
+async fn a_scaler_deleted_during_a_list_is_forgotten_at_its_end() {
+    let server = prometheus(4.0).await;
+    let h = Harness::leader(
+        FakeApi::default()
+            .with_deployment("vllm", 2)
+            .with_deployment("other", 2),
+    );
+    let kept = scaler_json("kept", &server, json!({}));
+    let other = json!({ "apiVersion": "apps/v1", "kind": "Deployment", "name": "other" });
+    let gone = scaler_json("gone", &server, json!({ "targetRef": other }));
+    h.sync(&kept).await;
+    h.sync(&gone).await;
+    let key = |name: &str| ScalerKey {
+        namespace: NS.to_owned(),
+        name: name.to_owned(),
+    };
+    assert!(h.cache.get(&key("gone")).is_some());
+    let mut listed = kube::runtime::reflector::store::Writer::<LLMScaler>::default();
+    listed.apply_watcher_event(&kube::runtime::watcher::Event::Apply(
+        serde_json::from_value(kept).expect("a valid scaler"),
+    ));
+    super::forget_vanished(&h.ctx, &listed.as_reader());
+    assert!(h.cache.get(&key("kept")).is_some());
+    assert!(h.cache.get(&key("gone")).is_none());
+    let text = h.metrics.encode().expect("encodes");
+    assert!(
+        text.contains(r#"scaler="kept""#) && !text.contains(r#"scaler="gone""#),
+        "{text}"
+    );
+}

@@ -171,6 +171,14 @@ impl Memories {
         });
     }
 
+    /// Keeps only the scaler incarnations (by uid) `keep` says to.
+    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|uid, _| keep(uid));
+    }
+
     /// Drops everything remembered of a scaler incarnation that is gone, in one step.
     pub fn forget(&self, uid: &str) {
         self.0

@@ -61,6 +61,8 @@ pub struct Context {
     standing_by: shards::StandingBy,
     /// Lists the scalers afresh, for the whole objects of a shard this replica leads now.
     relist: relist::Relist,
+    /// The namespace this controller watches (`None`: every namespace).
+    namespace: Option<String>,
     pub allowed: crate::signals::allow::AllowList,
     /// Secrets named by serverHeadersFrom, read at most every 30 s.
     pub secrets: secrets::SecretCache,
@@ -108,6 +110,7 @@ impl Context {
             memory: Default::default(),
             standing_by: Default::default(),
             relist: Default::default(),
+            namespace: namespace.clone(),
             clock: Arc::new(Timestamp::now),
             supervisor,
             client,
@@ -212,6 +215,7 @@ async fn run_one(
     let (reader, writer) = reflector::store();
     ctx.conflicts.set_scalers(reader.clone());
     let forget = ctx.clone();
+    let listed = reader.clone();
     let served = ctx.clone();
     let leadership = ctx.leadership.clone();
     if leadership.sharded() {
@@ -248,10 +252,12 @@ async fn run_one(
             }
         }),
     )
-    .inspect(move |event| {
-        if let Ok(watcher::Event::Delete(scaler)) = event {
-            forget_scaler(&forget, scaler);
-        }
+    .inspect(move |event| match event {
+        Ok(watcher::Event::Delete(scaler)) => forget_scaler(&forget, scaler),
+        // A scaler deleted while a list ran (or the watch was down) leaves the store at the end
+        // of the list without a Delete event.
+        Ok(watcher::Event::InitDone) => forget_vanished(&forget, &listed),
+        _ => {}
     })
     // With shards: a status written by the leader of another shard is served at once (status
     // writes are filtered out below, as they do not change the generation).
@@ -320,6 +326,37 @@ fn forget_scaler(ctx: &Arc<Context>, scaler: &LLMScaler) {
     } else {
         ctx.memory.forget(&uid);
     }
+}
+
+/// After a list: forgets what this replica kept of every scaler of its watch the store no longer
+/// holds (deleted while the list ran, so told by no Delete event). Its deletion-cost marks, if
+/// any, are left for the next scale-down of the target, which replaces them.
+fn forget_vanished(ctx: &Context, store: &reflector::Store<LLMScaler>) {
+    let held: std::collections::HashSet<(String, String, String)> = store
+        .state()
+        .iter()
+        .map(|s| {
+            (
+                s.namespace().unwrap_or_default(),
+                s.name_any(),
+                s.uid().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let uids: std::collections::HashSet<&str> =
+        held.iter().map(|(_, _, uid)| uid.as_str()).collect();
+    let named: std::collections::HashSet<(&str, &str)> = held
+        .iter()
+        .map(|(namespace, name, _)| (namespace.as_str(), name.as_str()))
+        .collect();
+    // The metric cache and the series are shared by the watches of every namespace.
+    let ours = |namespace: &str| ctx.namespace.as_deref().is_none_or(|n| n == namespace);
+    ctx.cache
+        .retain(|key, snapshot| !ours(&key.namespace) || uids.contains(snapshot.uid.as_str()));
+    ctx.metrics
+        .retain_scalers(|namespace, name| !ours(namespace) || named.contains(&(namespace, name)));
+    ctx.memory.retain(|uid| uids.contains(uid));
+    ctx.standing_by.retain(|uid| uids.contains(uid));
 }
 
 /// Upper bound on any single start-up call to the API server.

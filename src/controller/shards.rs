@@ -35,6 +35,12 @@ impl StandingBy {
         set.insert(uid.to_owned())
     }
 
+    /// Keeps only the uids `keep` says to.
+    pub(super) fn retain(&self, keep: impl Fn(&str) -> bool) {
+        let mut set = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        set.retain(|uid| keep(uid));
+    }
+
     /// True when `uid` was standing by.
     pub(super) fn end(&self, uid: &str) -> bool {
         let mut set = self.0.lock().unwrap_or_else(PoisonError::into_inner);

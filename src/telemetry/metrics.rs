@@ -3,115 +3,19 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use std::fmt::Write as _;
-
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+pub use super::labels::SyncResult;
 use super::scaler_series::ScalerSeries;
 use super::sync_report::SyncReport;
-use crate::failure::FailureReason;
-
-/// A scaler's namespace or name in a label set. Shared: the series a sync makes point at the
-/// same two strings instead of each owning copies (a scaler has twenty-odd series).
-pub(super) type Name = Arc<str>;
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(super) struct ScalerLabels {
-    pub namespace: Name,
-    pub scaler: Name,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(super) struct SyncLabels {
-    pub namespace: Name,
-    pub scaler: Name,
-    pub result: SyncResult,
-}
-
-/// How a sync ended, the `result` label of `llmscaleoperator_syncs_total`.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub enum SyncResult {
-    /// spec.replicas was written.
-    Scaled,
-    /// The signal could not be used; the target stays where it is.
-    Held,
-    /// A change waits (a rollout, replicas not yet ready).
-    Deferred,
-    /// Nothing to do.
-    Unchanged,
-    /// The sync stopped before deciding, or its write was refused.
-    Failed,
-}
-
-impl SyncResult {
-    pub const ALL: [SyncResult; 5] = [
-        Self::Scaled,
-        Self::Held,
-        Self::Deferred,
-        Self::Unchanged,
-        Self::Failed,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Scaled => "scaled",
-            Self::Held => "held",
-            Self::Deferred => "deferred",
-            Self::Unchanged => "unchanged",
-            Self::Failed => "failed",
-        }
-    }
-}
-
-impl EncodeLabelValue for SyncResult {
-    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
-        encoder.write_str(self.as_str())
-    }
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(super) struct FailureLabels {
-    pub namespace: Name,
-    pub scaler: Name,
-    pub reason: FailureReason,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(super) struct MetricLabels {
-    pub namespace: Name,
-    pub scaler: Name,
-    pub metric: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(super) struct ConditionLabels {
-    pub namespace: Name,
-    pub scaler: Name,
-    /// Ready, ScalingActive, ScalingLimited or (under an objective) ObjectiveMet.
-    pub condition: &'static str,
-    /// "true" or "false": the series of the condition's current status is 1, the other 0.
-    pub status: &'static str,
-}
-
-/// The conditions exposed as `llmscaleoperator_condition`.
-pub(super) const CONDITIONS: [&str; 4] =
-    ["Ready", "ScalingActive", "ScalingLimited", "ObjectiveMet"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BuildLabels {
     pub version: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(super) struct ScaleLabels {
-    pub namespace: Name,
-    pub scaler: Name,
-    /// up or down.
-    pub direction: &'static str,
 }
 
 fn duration_histogram() -> Histogram {
@@ -244,19 +148,17 @@ impl Metrics {
     pub fn forget(&self, namespace: &str, scaler: &str) {
         self.scalers.forget(namespace, scaler);
     }
-}
 
-/// The labels that name a scaler; every series made from them shares their two strings.
-pub(super) fn scaler_labels(namespace: &str, scaler: &str) -> ScalerLabels {
-    ScalerLabels {
-        namespace: namespace.into(),
-        scaler: scaler.into(),
+    /// Drops the series of every scaler but those (namespace, name) `keep` says to.
+    pub fn retain_scalers(&self, keep: impl Fn(&str, &str) -> bool) {
+        self.scalers.retain(keep);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::failure::FailureReason;
     use crate::telemetry::sync_report::{Decided, Reported};
 
     /// A sync of `ns/s` that decided, with `metrics` read.

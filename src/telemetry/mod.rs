@@ -2,6 +2,7 @@
 //! health probes.
 
 mod endpoints;
+mod labels;
 mod logging;
 pub mod metrics;
 mod scaler_series;

@@ -15,9 +15,9 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 
-use super::metrics::{
+use super::labels::{
     CONDITIONS, ConditionLabels, FailureLabels, MetricLabels, Name, ScaleLabels, ScalerLabels,
-    SyncLabels, SyncResult,
+    SyncLabels, SyncResult, scaler_labels,
 };
 use super::sync_report::{Reported, SyncReport};
 use crate::failure::FailureReason;
@@ -156,7 +156,7 @@ impl ScalerSeries {
     fn with(&self, namespace: &str, scaler: &str, change: impl FnOnce(&mut Record)) {
         let mut scalers = self.scalers();
         // Looked up by the borrowed strings' labels; shared strings are made for a new scaler.
-        let id = super::metrics::scaler_labels(namespace, scaler);
+        let id = scaler_labels(namespace, scaler);
         change(scalers.entry(id).or_default());
     }
 
@@ -172,8 +172,13 @@ impl ScalerSeries {
 
     /// Drops every series of a scaler (deleted, or reported by another replica now).
     pub fn forget(&self, namespace: &str, scaler: &str) {
+        self.scalers().remove(&scaler_labels(namespace, scaler));
+    }
+
+    /// Keeps only the scalers (namespace, name) `keep` says to.
+    pub fn retain(&self, keep: impl Fn(&str, &str) -> bool) {
         self.scalers()
-            .remove(&super::metrics::scaler_labels(namespace, scaler));
+            .retain(|id, _| keep(&id.namespace, &id.scaler));
     }
 
     /// The scalers' records as of now, sorted by namespace and name, so that a scrape holds the

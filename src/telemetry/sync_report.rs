@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::metrics::SyncResult;
+use super::labels::SyncResult;
 use crate::failure::FailureReason;
 
 /// What one sync of one scaler did.
