@@ -1687,6 +1687,14 @@ async fn a_scaler_deleted_during_a_list_is_forgotten_at_its_end() {
         name: name.to_owned(),
     };
     assert!(h.cache.get(&key("gone")).is_some());
+    // Another watch's scaler (the cache is shared by the watches of every namespace) stays.
+    let elsewhere = ScalerKey {
+        namespace: "elsewhere".to_owned(),
+        name: "x".to_owned(),
+    };
+    let mut theirs = h.cache.get(&key("kept")).expect("kept is served");
+    theirs.uid = "uid-elsewhere".to_owned();
+    h.cache.update(elsewhere.clone(), theirs);
     let mut listed = kube::runtime::reflector::store::Writer::<LLMScaler>::default();
     listed.apply_watcher_event(&kube::runtime::watcher::Event::Apply(
         serde_json::from_value(kept).expect("a valid scaler"),
@@ -1694,6 +1702,7 @@ async fn a_scaler_deleted_during_a_list_is_forgotten_at_its_end() {
     super::forget_vanished(&h.ctx, &listed.as_reader());
     assert!(h.cache.get(&key("kept")).is_some());
     assert!(h.cache.get(&key("gone")).is_none());
+    assert!(h.cache.get(&elsewhere).is_some());
     let text = h.metrics.encode().expect("encodes");
     assert!(
         text.contains(r#"scaler="kept""#) && !text.contains(r#"scaler="gone""#),

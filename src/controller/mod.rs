@@ -332,22 +332,19 @@ fn forget_scaler(ctx: &Arc<Context>, scaler: &LLMScaler) {
 /// holds (deleted while the list ran, so told by no Delete event). Its deletion-cost marks, if
 /// any, are left for the next scale-down of the target, which replaces them.
 fn forget_vanished(ctx: &Context, store: &reflector::Store<LLMScaler>) {
-    let held: std::collections::HashSet<(String, String, String)> = store
-        .state()
+    let held = store.state();
+    let uids: std::collections::HashSet<&str> = held
         .iter()
-        .map(|s| {
-            (
-                s.namespace().unwrap_or_default(),
-                s.name_any(),
-                s.uid().unwrap_or_default(),
-            )
-        })
+        .filter_map(|s| s.metadata.uid.as_deref())
         .collect();
-    let uids: std::collections::HashSet<&str> =
-        held.iter().map(|(_, _, uid)| uid.as_str()).collect();
     let named: std::collections::HashSet<(&str, &str)> = held
         .iter()
-        .map(|(namespace, name, _)| (namespace.as_str(), name.as_str()))
+        .filter_map(|s| {
+            Some((
+                s.metadata.namespace.as_deref()?,
+                s.metadata.name.as_deref()?,
+            ))
+        })
         .collect();
     // The metric cache and the series are shared by the watches of every namespace.
     let ours = |namespace: &str| ctx.namespace.as_deref().is_none_or(|n| n == namespace);
