@@ -519,9 +519,7 @@ impl Campaign {
             return;
         }
         if let Some(spec) = lease.spec.as_mut() {
-            spec.holder_identity = None;
-            spec.lease_duration_seconds = Some(1);
-            spec.renew_time = Some(MicroTime(Timestamp::now()));
+            released(spec);
         }
         match self
             .api
@@ -532,6 +530,14 @@ impl Campaign {
             Err(error) => tracing::warn!(%error, "cannot release the leader Lease"),
         }
     }
+}
+
+/// A Lease handed back: nobody holds it, and it lapses a second after now, so a standby takes it
+/// on its next look instead of waiting out the lease.
+fn released(spec: &mut LeaseSpec) {
+    spec.holder_identity = None;
+    spec.lease_duration_seconds = Some(1);
+    spec.renew_time = Some(MicroTime(Timestamp::now()));
 }
 
 /// The spec `identity` writes to take (`acquire`) or renew a Lease whose spec was `previous`.

@@ -21,8 +21,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::{Client, ResourceExt};
 use tokio::sync::watch;
@@ -30,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::elector::{Elector, LeaseView, Step, Timing};
 use super::shards::{self, Act, Look};
-use super::{Election, Published, ShardState, lease_spec};
+use super::{Election, Published, ShardState, lease_spec, released};
 
 /// Label on every Lease of one sharded election: its value names the election.
 pub const GROUP_LABEL: &str = "llmscaleoperator.io/lease-group";
@@ -517,9 +515,7 @@ impl Campaign {
             return;
         }
         if let Some(spec) = lease.spec.as_mut() {
-            spec.holder_identity = None;
-            spec.lease_duration_seconds = Some(1);
-            spec.renew_time = Some(MicroTime(Timestamp::now()));
+            released(spec);
         }
         match self
             .api
