@@ -108,6 +108,7 @@ async fn server() {
                 desired_replicas: 3,
                 synced_at: Timestamp::now(),
                 sync_period_seconds: 3600,
+                vouched: None,
             },
         );
     }

@@ -39,6 +39,41 @@ pub struct ScalerSnapshot {
     pub synced_at: Timestamp,
     /// The scaler's syncPeriodSeconds: how old a value may be before it is stale.
     pub sync_period_seconds: i32,
+    /// For values another replica measured (read from the status it wrote): what tells whether
+    /// they are still current. `None`: this replica measured them.
+    pub vouched: Option<Vouch>,
+}
+
+/// Values read from the status the leader of the scaler's shard wrote. That leader rewrites a
+/// value only when it changes, so its time says when it last changed, not when it was last
+/// measured: the values are current for as long as that leader holds the shard, which is asked
+/// when they are read (a replica that stops leading stops vouching at once, with no write).
+#[derive(Clone)]
+pub struct Vouch {
+    /// The scaler's shard.
+    pub shard: u32,
+    /// Whether another replica holds `shard` now.
+    pub held: Arc<dyn Fn(u32) -> bool + Send + Sync>,
+}
+
+impl Vouch {
+    /// Whether the values are current now.
+    pub fn holds(&self) -> bool {
+        (self.held)(self.shard)
+    }
+}
+
+impl std::fmt::Debug for Vouch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Vouch").field("shard", &self.shard).finish()
+    }
+}
+
+/// Two vouches are alike when they name the same shard (whoever is asked about it).
+impl PartialEq for Vouch {
+    fn eq(&self, other: &Self) -> bool {
+        self.shard == other.shard
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -130,6 +165,7 @@ mod tests {
             desired_replicas: 2,
             synced_at: Timestamp::UNIX_EPOCH,
             sync_period_seconds: 15,
+            vouched: None,
         }
     }
 

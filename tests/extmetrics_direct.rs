@@ -196,6 +196,7 @@ async fn credentials_rbac_and_the_front_proxy_decide_who_reads_what() {
             desired_replicas: 3,
             synced_at: Timestamp::now(),
             sync_period_seconds: 3600,
+            vouched: None,
         },
     );
     let (base, cert, _stop) = start_server(&client, cache).await;

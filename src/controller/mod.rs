@@ -103,12 +103,12 @@ impl Context {
             http: shared.http,
             cache: shared.cache,
             metrics: shared.metrics,
+            standing_by: shards::StandingBy::new(&shared.leadership),
             leadership: shared.leadership,
             allowed: shared.allowed,
             secrets: Default::default(),
             tls_clients: Default::default(),
             memory: Default::default(),
-            standing_by: Default::default(),
             relist: Default::default(),
             namespace: namespace.clone(),
             clock: Arc::new(Timestamp::now),
@@ -218,24 +218,7 @@ async fn run_one(
     let listed = reader.clone();
     let served = ctx.clone();
     let leadership = ctx.leadership.clone();
-    if leadership.sharded() {
-        let relist = ctx.relist.clone();
-        let mut gains = leadership.shard_gains();
-        let stop = shutdown.clone();
-        supervisor.spawn_service("shard gains".to_owned(), async move {
-            let asking = async {
-                while gains.gained().await.is_some() {
-                    relist.want();
-                }
-                // The campaign has ended (a shutdown under way): nothing more to ask for.
-                std::future::pending::<()>().await;
-            };
-            tokio::select! {
-                () = asking => {}
-                () = stop.cancelled() => {}
-            }
-        });
-    }
+    let taken_over = shards::taken_over(&leadership, reader.clone(), ctx.relist.clone());
     let events = relist::scaler_events(
         scalers,
         watcher::Config::default().any_semantic(),
@@ -272,6 +255,7 @@ async fn run_one(
 
     let stopping = shutdown.clone();
     let controller = Controller::for_stream(stream, reader)
+        .reconcile_on(taken_over)
         .graceful_shutdown_on(async move { stopping.cancelled().await })
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|result| async move {

@@ -87,9 +87,10 @@ async fn sync(scaler: Arc<LLMScaler>, ctx: Arc<Context>) -> Result<Action, Recon
     let uid = scaler.uid().unwrap_or_default();
     // Taken whatever this sync does: only a sync requeued below has an instant it was due at.
     let due = ctx.memory.take_due(&uid);
-    // With shards: another replica's scaler costs no query here.
-    if let Some(wait) = super::shards::elsewhere(&scaler, &ctx) {
-        return Ok(Action::requeue(wait));
+    // With shards: another replica's scaler costs no query here, and no look until its shard
+    // is taken over or its spec changes.
+    if super::shards::elsewhere(&scaler, &ctx) {
+        return Ok(Action::await_change());
     }
     if super::shards::is_stand_in(&scaler) {
         // Led here now, but the cache holds only what it kept while another replica led it:
@@ -846,6 +847,7 @@ fn feed_cache(
             desired_replicas: decision.desired,
             synced_at: now,
             sync_period_seconds: scaler.spec.sync_period_seconds,
+            vouched: None,
         },
     );
 }

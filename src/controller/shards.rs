@@ -1,34 +1,50 @@
 //! Scalers of shards another replica leads (`--shards` above 1): this replica neither queries
-//! their signal nor writes them. It serves their values on the external metrics API from their
-//! status, which the leader of their shard writes whenever a value changes, and looks at them
-//! again at their next slot in case it leads their shard by then.
+//! their signal nor writes them, and does not look at them on a period. It serves their values
+//! on the external metrics API from their status, which the leader of their shard writes
+//! whenever a value changes, and looks at them again when it comes to lead their shard (see
+//! [`taken_over`]) or their spec changes.
 //!
 //! What is served so is at most one status write behind the leader (plus the watch's delay): an
 //! unchanged value is not rewritten, so while the shard's leader renews its Lease the value is
-//! served as current; once nobody renews it, the value ages from its `measuredAt` and the API
-//! stops serving it three periods later, unless a new leader has synced the scaler by then
-//! (within a lease and one period).
+//! served as current (see [`Vouch`]); once nobody renews it, the value ages from its
+//! `measuredAt` and the API stops serving it three periods later, unless a new leader has synced
+//! the scaler by then (within a lease and one period).
 
 use std::collections::HashSet;
-use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
 
+use futures::{Stream, StreamExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
+use kube::runtime::reflector::{ObjectRef, Store};
 
-use super::{Context, schedule};
+use super::Context;
 use crate::api::LLMScaler;
-use crate::metric_cache::{CachedMetric, ScalerKey, ScalerSnapshot};
+use crate::leader::Leadership;
+use crate::metric_cache::{CachedMetric, ScalerKey, ScalerSnapshot, Vouch};
 
 /// The scalers (by uid) this replica last found led by another, so that what it knew of each is
 /// dropped once, when it stops leading it.
-#[derive(Default)]
-pub struct StandingBy(Mutex<HashSet<String>>);
+pub struct StandingBy {
+    uids: Mutex<HashSet<String>>,
+    /// Whether another replica holds a shard now: what vouches for the values served from a
+    /// status (one for every scaler).
+    held: Arc<dyn Fn(u32) -> bool + Send + Sync>,
+}
 
 impl StandingBy {
+    pub(super) fn new(leadership: &Leadership) -> Self {
+        let leadership = leadership.clone();
+        Self {
+            uids: Mutex::default(),
+            held: Arc::new(move |shard| leadership.held_elsewhere(shard)),
+        }
+    }
+
     /// True when `uid` was not standing by before.
     fn begin(&self, uid: &str) -> bool {
-        let mut set = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut set = self.uids.lock().unwrap_or_else(PoisonError::into_inner);
         if set.contains(uid) {
             return false;
         }
@@ -37,31 +53,32 @@ impl StandingBy {
 
     /// Keeps only the uids `keep` says to.
     pub(super) fn retain(&self, keep: impl Fn(&str) -> bool) {
-        let mut set = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut set = self.uids.lock().unwrap_or_else(PoisonError::into_inner);
         set.retain(|uid| keep(uid));
     }
 
     /// True when `uid` was standing by.
     pub(super) fn end(&self, uid: &str) -> bool {
-        let mut set = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut set = self.uids.lock().unwrap_or_else(PoisonError::into_inner);
         set.remove(uid)
     }
 }
 
-/// For a scaler this replica does not evaluate: its values served from its status, and the
-/// delay to its next slot, when this replica looks again. `None`: this replica evaluates it.
-pub(super) fn elsewhere(scaler: &LLMScaler, ctx: &Context) -> Option<Duration> {
+/// For a scaler this replica does not evaluate: its values served from its status, and true,
+/// as nothing more is done with it until its shard is taken over or its spec changes. False:
+/// this replica evaluates it.
+pub(super) fn elsewhere(scaler: &LLMScaler, ctx: &Context) -> bool {
     if !ctx.leadership.sharded() {
-        return None;
+        return false;
     }
     let uid = scaler.uid().unwrap_or_default();
     if ctx.leadership.evaluates(&uid) {
         if ctx.standing_by.end(&uid) {
-            // Taken over: this look came at its slot (or on a new spec), so it syncs now rather
-            // than wait for its slot once more as a scaler first seen after a restart does.
+            // Taken over: this look came with the takeover (or a new spec), so it syncs now
+            // rather than wait for its slot as a scaler first seen after a restart does.
             ctx.memory.first_time(super::memory::FIRST_SIGHT, &uid);
         }
-        return None;
+        return false;
     }
     if ctx.standing_by.begin(&uid) {
         // Its leader reports it now: this replica's series of it would go stale, and what it
@@ -75,11 +92,34 @@ pub(super) fn elsewhere(scaler: &LLMScaler, ctx: &Context) -> Option<Duration> {
         );
     }
     serve_from_status(ctx, scaler);
-    let period =
-        Duration::from_secs(u64::try_from(scaler.spec.sync_period_seconds.max(1)).unwrap_or(1));
-    let wait = schedule::first_slot(&uid, period, std::time::SystemTime::now());
-    // On its slot now: the next one, not a spin.
-    Some(if wait.is_zero() { period } else { wait })
+    true
+}
+
+/// The scalers of the shards this replica comes to lead, as they are won: each is looked at
+/// once (a stand-in waits for the list it asks for, see [`stand_in`]), as nothing else would
+/// bring back a scaler left standing by.
+pub(super) fn taken_over(
+    leadership: &Leadership,
+    scalers: Store<LLMScaler>,
+    relist: super::relist::Relist,
+) -> impl Stream<Item = ObjectRef<LLMScaler>> + Send + 'static {
+    let gains = leadership.shard_gains();
+    let leadership = leadership.clone();
+    futures::stream::unfold(gains, |mut gains| async move {
+        let won = gains.gained().await?;
+        Some((won, gains))
+    })
+    .flat_map(move |won| {
+        relist.want();
+        let mine: Vec<ObjectRef<LLMScaler>> = scalers
+            .state()
+            .iter()
+            .filter(|s| won.contains(&leadership.shard_of(&s.uid().unwrap_or_default())))
+            .map(|s| ObjectRef::from_obj(&**s))
+            .collect();
+        tracing::debug!(shards = ?won, scalers = mine.len(), "shards taken over");
+        futures::stream::iter(mine)
+    })
 }
 
 /// Feeds the metric cache from the scaler's status, for a scaler another replica leads; a
@@ -91,27 +131,25 @@ pub(super) fn watched(ctx: &Context, scaler: &LLMScaler) {
 }
 
 /// The leader's last sync as its status tells, in the metric cache: nothing when that sync
-/// failed (as the leader's own cache). Stamped now while the leader renews its shard's Lease
-/// (an unchanged value is not rewritten, so its `measuredAt` is when it last changed), else when
-/// it was measured.
+/// failed (as the leader's own cache); current while the leader holds the shard.
 fn serve_from_status(ctx: &Context, scaler: &LLMScaler) {
     let key = ScalerKey {
         namespace: scaler.namespace().unwrap_or_default(),
         name: scaler.name_any(),
     };
-    let Some(snapshot) = snapshot(
-        scaler,
-        ctx.leadership
-            .led_elsewhere(&scaler.uid().unwrap_or_default()),
-        (ctx.clock)(),
-    ) else {
-        ctx.cache.remove(&key);
-        return;
+    let vouch = Vouch {
+        shard: ctx
+            .leadership
+            .shard_of(scaler.metadata.uid.as_deref().unwrap_or_default()),
+        held: ctx.standing_by.held.clone(),
     };
-    ctx.cache.update(key, snapshot);
+    match snapshot(scaler, vouch) {
+        Some(snapshot) => ctx.cache.update(key, snapshot),
+        None => ctx.cache.remove(&key),
+    }
 }
 
-fn snapshot(scaler: &LLMScaler, current: bool, now: Timestamp) -> Option<ScalerSnapshot> {
+fn snapshot(scaler: &LLMScaler, vouch: Vouch) -> Option<ScalerSnapshot> {
     let status = scaler.status.as_ref()?;
     let ready = status
         .conditions
@@ -120,20 +158,14 @@ fn snapshot(scaler: &LLMScaler, current: bool, now: Timestamp) -> Option<ScalerS
     if !ready {
         return None;
     }
-    let stamp = |measured: Option<Timestamp>| {
-        if current {
-            now
-        } else {
-            measured.unwrap_or(Timestamp::UNIX_EPOCH)
-        }
-    };
+    let measured = |at: Option<&Time>| at.map_or(Timestamp::UNIX_EPOCH, |t| t.0);
     let metrics: Vec<CachedMetric> = status
         .current_metrics
         .iter()
         .map(|m| CachedMetric {
             name: m.name.clone(),
             value: m.value.as_deref().and_then(|v| v.parse::<f64>().ok()),
-            measured_at: stamp(m.measured_at.as_ref().map(|t| t.0)),
+            measured_at: measured(m.measured_at.as_ref()),
             recommendation: m.recommended_replicas,
             error: m.error.clone(),
         })
@@ -141,15 +173,16 @@ fn snapshot(scaler: &LLMScaler, current: bool, now: Timestamp) -> Option<ScalerS
     let newest = status
         .current_metrics
         .iter()
-        .filter_map(|m| m.measured_at.as_ref().map(|t| t.0))
-        .max();
+        .filter_map(|m| m.measured_at.as_ref())
+        .max_by_key(|t| t.0);
     Some(ScalerSnapshot {
         uid: scaler.uid().unwrap_or_default(),
         metrics,
         current_replicas: status.current_replicas,
         desired_replicas: status.desired_replicas,
-        synced_at: stamp(newest),
+        synced_at: measured(newest),
         sync_period_seconds: scaler.spec.sync_period_seconds,
+        vouched: Some(vouch),
     })
 }
 
@@ -214,8 +247,9 @@ pub(super) fn is_stand_in(scaler: &LLMScaler) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use serde_json::json;
+
+    use super::*;
 
     fn scaler(ready: &str) -> LLMScaler {
         serde_json::from_value(json!({
@@ -241,47 +275,45 @@ mod tests {
         .expect("a valid scaler")
     }
 
+    fn vouch() -> Vouch {
+        Vouch {
+            shard: 1,
+            held: Arc::new(|_| true),
+        }
+    }
+
     #[test]
     fn a_scaler_led_elsewhere_is_served_as_its_status_says() {
-        let now: Timestamp = "2026-01-01T01:00:00Z".parse().expect("a time");
-        let current = snapshot(&scaler("True"), true, now).expect("served");
-        assert_eq!(current.uid, "u-1");
-        assert_eq!((current.current_replicas, current.desired_replicas), (2, 3));
-        assert_eq!(current.metrics[0].value, Some(1.5));
-        assert_eq!(current.metrics[0].recommendation, Some(3));
-        assert_eq!(current.metrics[0].measured_at, now);
-        assert_eq!(current.metrics[1].value, None);
-        assert_eq!(current.metrics[1].error.as_deref(), Some("no data"));
-        assert_eq!(current.synced_at, now);
-        assert_eq!(current.sync_period_seconds, 10);
-
-        // Nobody renews the shard: the values age from when they were measured.
-        let aging = snapshot(&scaler("True"), false, now).expect("served");
+        let served = snapshot(&scaler("True"), vouch()).expect("served");
+        assert_eq!(served.uid, "u-1");
+        assert_eq!((served.current_replicas, served.desired_replicas), (2, 3));
+        assert_eq!(served.metrics[0].value, Some(1.5));
+        assert_eq!(served.metrics[0].recommendation, Some(3));
         let measured: Timestamp = "2026-01-01T00:00:00Z".parse().expect("a time");
-        assert_eq!(aging.metrics[0].measured_at, measured);
+        assert_eq!(served.metrics[0].measured_at, measured);
+        assert_eq!(served.metrics[1].value, None);
+        assert_eq!(served.metrics[1].error.as_deref(), Some("no data"));
+        // The newest of the metrics' times.
         assert_eq!(
-            aging.synced_at,
+            served.synced_at,
             "2026-01-01T00:00:05Z".parse::<Timestamp>().expect("a time")
         );
+        assert_eq!(served.sync_period_seconds, 10);
+        // Current as long as the shard's leader holds it (see extmetrics::values).
+        assert!(served.vouched.as_ref().is_some_and(Vouch::holds));
 
         // The leader's last sync failed: nothing, as on the leader.
-        assert!(snapshot(&scaler("False"), true, now).is_none());
+        assert!(snapshot(&scaler("False"), vouch()).is_none());
     }
 
     #[test]
     fn a_stand_in_serves_as_the_scaler_and_is_told_apart() {
-        let now: Timestamp = "2026-01-01T01:00:00Z".parse().expect("a time");
         for ready in ["True", "False"] {
             let whole = scaler(ready);
             let mut kept = whole.clone();
             stand_in(&mut kept);
             assert!(is_stand_in(&kept) && !is_stand_in(&whole));
-            for current in [true, false] {
-                assert_eq!(
-                    snapshot(&whole, current, now),
-                    snapshot(&kept, current, now)
-                );
-            }
+            assert_eq!(snapshot(&whole, vouch()), snapshot(&kept, vouch()));
             // What the conflict checks read of another scaler.
             assert_eq!(kept.spec.target_ref, whole.spec.target_ref);
             assert_eq!(kept.metadata.uid, whole.metadata.uid);

@@ -3,7 +3,9 @@
 //! Every LLMScaler publishes, labelled `llmscaler=<scaler>` and `metric=<name>`: each of its
 //! metrics by name (`decision` under the Custom provider) and `desired-replicas`, its last
 //! recommendation. A value that failed at the last sync, or is older than three sync periods,
-//! is not published: the HPA must hold, not scale on a stale or made-up number.
+//! is not published: the HPA must hold, not scale on a stale or made-up number. A value another
+//! replica measured is as old as that replica's hold on the scaler's shard (see
+//! [`Vouch`]): current while it leads, aging from its time once it stops.
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde::Serialize;
@@ -11,7 +13,7 @@ use serde::Serialize;
 use super::quantity::format_quantity;
 use super::selector::LabelSelector;
 use super::status_response::ApiError;
-use crate::metric_cache::{MetricCache, ScalerSnapshot};
+use crate::metric_cache::{MetricCache, ScalerSnapshot, Vouch};
 
 /// Name of the metric carrying each scaler's recommendation.
 pub use crate::names::DESIRED_REPLICAS;
@@ -96,6 +98,12 @@ fn item<'a>(
         let cached = snapshot.metrics.iter().find(|m| m.name == metric)?;
         (cached.value?, cached.measured_at)
     };
+    // Another replica's values are as current as its hold on their shard.
+    let at = if snapshot.vouched.as_ref().is_some_and(Vouch::holds) {
+        now
+    } else {
+        at
+    };
     if now.duration_since(at) > SignedDuration::from_secs(3 * period) {
         return None;
     }
@@ -139,6 +147,7 @@ mod tests {
                     desired_replicas: 3,
                     synced_at: t(0),
                     sync_period_seconds: 15,
+                    vouched: None,
                 },
             );
         }
@@ -193,5 +202,39 @@ mod tests {
         }
         // Exactly three periods old is still current.
         assert!(metric_values(&cache(), "ml", "kv-cache", &all(), t(45)).is_ok());
+    }
+
+    #[test]
+    fn another_replicas_values_are_current_while_it_holds_their_shard() {
+        let held = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let cache = cache();
+        let key = ScalerKey {
+            namespace: "ml".into(),
+            name: "hot".into(),
+        };
+        let mut theirs = cache.get(&key).unwrap();
+        let asked = held.clone();
+        theirs.vouched = Some(Vouch {
+            shard: 3,
+            held: std::sync::Arc::new(move |shard| {
+                shard == 3 && asked.load(std::sync::atomic::Ordering::SeqCst)
+            }),
+        });
+        cache.update(key, theirs);
+        let hot = LabelSelector::parse("llmscaler=hot").unwrap();
+        let late = t(3600);
+        for metric in ["kv-cache", "desired-replicas"] {
+            let list: serde_json::Value =
+                serde_json::from_slice(&metric_values(&cache, "ml", metric, &hot, late).unwrap())
+                    .unwrap();
+            assert_eq!(list["items"][0]["timestamp"], late.to_string(), "{metric}");
+        }
+        // Its leader lets go of the shard: the values are as old as their time says.
+        held.store(false, std::sync::atomic::Ordering::SeqCst);
+        for metric in ["kv-cache", "desired-replicas"] {
+            let err = metric_values(&cache, "ml", metric, &hot, late).unwrap_err();
+            assert_eq!(err.reason, "NotFound", "{metric}");
+        }
+        assert!(metric_values(&cache, "ml", "kv-cache", &hot, t(45)).is_ok());
     }
 }

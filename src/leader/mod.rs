@@ -140,7 +140,11 @@ impl Leadership {
     /// Whether another replica leads the scaler with this uid and renews its Lease: what it last
     /// wrote in the scaler's status is then current.
     pub fn led_elsewhere(&self, uid: &str) -> bool {
-        let shard = self.shard_of(uid);
+        self.held_elsewhere(self.shard_of(uid))
+    }
+
+    /// Whether another replica holds the Lease of `shard` and renews it.
+    pub fn held_elsewhere(&self, shard: u32) -> bool {
         self.election.as_ref().is_some_and(|e| {
             usize::try_from(shard)
                 .ok()
@@ -166,15 +170,15 @@ impl Leadership {
         self.may_write_shard(shard).then_some(guard)
     }
 
-    /// Wakes when this replica comes to lead a shard it did not lead before, as the campaign
-    /// publishes it.
+    /// Wakes when this replica comes to lead shards it did not lead before (or whose lead
+    /// lapsed meanwhile), as the campaign publishes it.
     pub fn shard_gains(&self) -> ShardGains {
         let states = self.election.as_ref().map(|e| e.shards.clone());
-        let led = states
+        let until = states
             .as_ref()
-            .map(|s| led_now(&s.borrow()))
+            .map(|s| s.borrow().iter().map(|s| s.until).collect())
             .unwrap_or_default();
-        ShardGains { states, led }
+        ShardGains { states, until }
     }
 
     /// Wakes when leadership of shard 0 is won or lost, as [`Leadership::may_write`] would tell.
@@ -256,39 +260,46 @@ impl LeadershipChanges {
     }
 }
 
-/// Which shards this replica leads now, by index.
-fn led_now(states: &[ShardState]) -> Vec<bool> {
-    let now = Instant::now();
-    states.iter().map(|s| leading(s.until, now)).collect()
-}
-
 /// Shards won: see [`Leadership::shard_gains`].
 pub struct ShardGains {
     /// `None`: no election, nothing is ever won.
     states: Option<watch::Receiver<Vec<ShardState>>>,
-    /// The shards led when last looked at.
-    led: Vec<bool>,
+    /// Each shard's deadline when last looked at.
+    until: Vec<Option<Instant>>,
 }
 
 impl ShardGains {
-    /// Waits until the campaign publishes the lead of a shard this replica did not lead when
-    /// last looked at. A lead that lapses unpublished and is won again is not told here (its
-    /// deadline passing is not an event); `None` once nothing can change any more.
-    pub async fn gained(&mut self) -> Option<()> {
+    /// Waits until the campaign publishes the lead of shards this replica did not lead when last
+    /// looked at, and returns them. A lead whose deadline passed before the new one was seen
+    /// counts as won again: writes stopped meanwhile, and what did not sync then must be looked
+    /// at (when this wakes late it can count a renewal so, which costs a look, never a miss).
+    /// `None` once nothing can change any more.
+    pub async fn gained(&mut self) -> Option<Vec<u32>> {
         let states = self.states.as_mut()?;
         loop {
             states.changed().await.ok()?;
-            let led = led_now(&states.borrow_and_update());
-            let won = led
-                .iter()
-                .enumerate()
-                .any(|(i, now)| *now && !self.led.get(i).copied().unwrap_or(false));
-            self.led = led;
-            if won {
-                return Some(());
+            let until: Vec<Option<Instant>> =
+                states.borrow_and_update().iter().map(|s| s.until).collect();
+            let won = won(&self.until, &until, Instant::now());
+            self.until = until;
+            if !won.is_empty() {
+                return Some(won);
             }
         }
     }
+}
+
+/// The shards led at `now` under the deadlines `until` that were not led continuously under
+/// `before`: not led then, or led under a deadline that has passed since.
+fn won(before: &[Option<Instant>], until: &[Option<Instant>], now: Instant) -> Vec<u32> {
+    until
+        .iter()
+        .enumerate()
+        .filter(|(i, until)| {
+            leading(**until, now) && !leading(before.get(*i).copied().flatten(), now)
+        })
+        .filter_map(|(i, _)| u32::try_from(i).ok())
+        .collect()
 }
 
 /// Where the Lease lives and who we are.
@@ -712,6 +723,59 @@ mod tests {
         let single = Leadership::always();
         assert!(!single.sharded());
         assert!(single.evaluates(&theirs) && single.write_guard(&theirs).is_some());
+    }
+
+    /// Asserts that no gain is told now (the wait is cancel safe).
+    async fn quiet(gains: &mut ShardGains) {
+        let woke = tokio::time::timeout(QUIET, gains.gained()).await;
+        assert!(woke.is_err(), "woke: {woke:?}");
+    }
+
+    #[tokio::test]
+    async fn gains_name_the_shards_won_and_those_whose_lead_lapsed() {
+        let led = |until: Option<Instant>| ShardState {
+            until,
+            held_elsewhere: false,
+        };
+        let far = || Some(Instant::now() + FAR);
+        let (tx, leadership) = Leadership::published(vec![led(far()), led(None), led(None)]);
+        let mut gains = leadership.shard_gains();
+        // A renewal, and another replica's news, are no gain.
+        tx.send_replace(vec![led(far()), led(None), led(None)]);
+        quiet(&mut gains).await;
+        tx.send_replace(vec![
+            led(far()),
+            ShardState {
+                until: None,
+                held_elsewhere: true,
+            },
+            led(None),
+        ]);
+        quiet(&mut gains).await;
+        // Won.
+        tx.send_replace(vec![led(far()), led(None), led(far())]);
+        assert_eq!(
+            tokio::time::timeout(FAR, gains.gained()).await,
+            Ok(Some(vec![2]))
+        );
+        // Shard 0's deadline passes unrenewed, then a new one comes: won again. Shard 2's
+        // renewal is not.
+        let soon = Instant::now() + Duration::from_millis(100);
+        tx.send_replace(vec![led(Some(soon)), led(None), led(far())]);
+        quiet(&mut gains).await;
+        tokio::time::sleep_until(tokio::time::Instant::from_std(soon)).await;
+        tx.send_replace(vec![led(far()), led(None), led(far())]);
+        assert_eq!(
+            tokio::time::timeout(FAR, gains.gained()).await,
+            Ok(Some(vec![0]))
+        );
+        drop(tx);
+        assert_eq!(tokio::time::timeout(FAR, gains.gained()).await, Ok(None));
+        assert_eq!(
+            Leadership::always().shard_gains().gained().await,
+            None,
+            "without an election nothing is won"
+        );
     }
 
     #[tokio::test]
