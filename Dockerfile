@@ -10,7 +10,7 @@ ARG RUST_IMAGE=docker.io/library/rust:1-bookworm
 ARG RUNTIME_IMAGE=gcr.io/distroless/static-debian12:nonroot
 
 FROM ${RUST_IMAGE} AS build
-# musl gives a fully static binary (ring's C and assembly parts build with musl-gcc).
+# musl gives a fully static binary (ring's and jemalloc's C parts build with musl-gcc).
 RUN apt-get update \
  && apt-get install -y --no-install-recommends musl-tools \
  && rm -rf /var/lib/apt/lists/*
@@ -23,8 +23,12 @@ COPY examples ./examples
 COPY tests ./tests
 # The workspace's other member must be present for Cargo to read the manifest.
 COPY sim ./sim
-# The same release build CI runs, for this platform's musl target.
-RUN cargo build --release --locked --bin llmscaleoperator --target "$(uname -m)-unknown-linux-musl" \
+# The same release build CI runs, for this platform's musl target. jemalloc (the binary's
+# allocator) fixes the page size it supports when it is built: on arm64 it is built for pages up
+# to 64 KiB, so the image also runs on kernels with 16 or 64 KiB pages (it fails to start there
+# otherwise).
+RUN if [ "$(uname -m)" = aarch64 ]; then export JEMALLOC_SYS_WITH_LG_PAGE=16; fi \
+ && cargo build --release --locked --bin llmscaleoperator --target "$(uname -m)-unknown-linux-musl" \
  && cp "target/$(uname -m)-unknown-linux-musl/release/llmscaleoperator" /llmscaleoperator
 
 FROM ${RUNTIME_IMAGE}

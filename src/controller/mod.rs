@@ -9,6 +9,7 @@ pub mod events;
 #[cfg(test)]
 mod fast_tier;
 pub mod headers;
+mod list_triggers;
 mod memory;
 mod objective;
 mod preflight;
@@ -29,7 +30,7 @@ pub mod watched_target;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::{Controller, WatchStreamExt, predicates, reflector, watcher};
 use kube::{Api, Client, ResourceExt};
@@ -217,8 +218,14 @@ async fn run_one(
     let forget = ctx.clone();
     let listed = reader.clone();
     let served = ctx.clone();
+    let (list_triggers, listed_looks) = list_triggers::ListTriggers::new();
+    let list_marks = Arc::new(list_triggers);
+    let list_holds = list_marks.clone();
     let leadership = ctx.leadership.clone();
-    let taken_over = shards::taken_over(&leadership, reader.clone(), ctx.relist.clone());
+    // With shards, the scalers of a shard won are looked at again (nothing else would).
+    let taken_over = leadership
+        .sharded()
+        .then(|| shards::taken_over(&leadership, reader.clone(), ctx.relist.clone()));
     let events = relist::scaler_events(
         scalers,
         watcher::Config::default().any_semantic(),
@@ -237,9 +244,14 @@ async fn run_one(
     )
     .inspect(move |event| match event {
         Ok(watcher::Event::Delete(scaler)) => forget_scaler(&forget, scaler),
-        // A scaler deleted while a list ran (or the watch was down) leaves the store at the end
-        // of the list without a Delete event.
-        Ok(watcher::Event::InitDone) => forget_vanished(&forget, &listed),
+        Ok(event @ watcher::Event::Init) => list_marks.event(event),
+        Ok(event @ watcher::Event::InitDone) => {
+            // The store holds the list's objects now: the looks held during it go.
+            list_marks.event(event);
+            // A scaler deleted while a list ran (or the watch was down) leaves the store at the
+            // end of the list without a Delete event.
+            forget_vanished(&forget, &listed);
+        }
         _ => {}
     })
     // With shards: a status written by the leader of another shard is served at once (status
@@ -251,11 +263,16 @@ async fn run_one(
     })
     .applied_objects()
     // Our own status writes do not change the generation, so they do not trigger a sync.
-    .predicate_filter(predicates::generation, Default::default());
+    .predicate_filter(predicates::generation, Default::default())
+    // During a list, looks wait for its end (see list_triggers).
+    .try_filter(move |scaler| std::future::ready(list_holds.now(scaler)));
 
     let stopping = shutdown.clone();
-    let controller = Controller::for_stream(stream, reader)
-        .reconcile_on(taken_over)
+    let mut controller = Controller::for_stream(stream, reader).reconcile_on(listed_looks);
+    if let Some(taken_over) = taken_over {
+        controller = controller.reconcile_on(taken_over);
+    }
+    let controller = controller
         .graceful_shutdown_on(async move { stopping.cancelled().await })
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|result| async move {

@@ -57,10 +57,10 @@ impl StandingBy {
         set.retain(|uid| keep(uid));
     }
 
-    /// True when `uid` was standing by.
-    pub(super) fn end(&self, uid: &str) -> bool {
+    /// `uid` stands by no longer.
+    pub(super) fn end(&self, uid: &str) {
         let mut set = self.uids.lock().unwrap_or_else(PoisonError::into_inner);
-        set.remove(uid)
+        set.remove(uid);
     }
 }
 
@@ -73,11 +73,10 @@ pub(super) fn elsewhere(scaler: &LLMScaler, ctx: &Context) -> bool {
     }
     let uid = scaler.uid().unwrap_or_default();
     if ctx.leadership.evaluates(&uid) {
-        if ctx.standing_by.end(&uid) {
-            // Taken over: this look came with the takeover (or a new spec), so it syncs now
-            // rather than wait for its slot as a scaler first seen after a restart does.
-            ctx.memory.first_time(super::memory::FIRST_SIGHT, &uid);
-        }
+        // Taken over: what it remembered was dropped when it began standing by, so it is a
+        // scaler first seen, and waits for its own slot as after a restart (a shard's scalers
+        // spread over the period, not all at the takeover).
+        ctx.standing_by.end(&uid);
         return false;
     }
     if ctx.standing_by.begin(&uid) {

@@ -34,6 +34,27 @@ pub struct ShardState {
     pub until: Option<Instant>,
     /// Another replica holds the shard's Lease and renews it.
     pub held_elsewhere: bool,
+    /// How many times this replica has come to lead the shard, counted as each state is
+    /// published ([`publish`]): a reader that wakes late still tells a lead lost and won again
+    /// between two of its looks from one held all along.
+    pub term: u64,
+}
+
+/// Publishes `states` for the readers, counting a new term for every shard led now that was not
+/// led under the last states published (never led, lost, or its deadline passed meanwhile).
+/// Only a change wakes the readers.
+pub(crate) fn publish(published: &watch::Sender<Vec<ShardState>>, mut states: Vec<ShardState>) {
+    published.send_if_modified(|last| {
+        let now = Instant::now();
+        for (i, state) in states.iter_mut().enumerate() {
+            let before = last.get(i).copied().unwrap_or_default();
+            state.term =
+                before.term + u64::from(leading(state.until, now) && !leading(before.until, now));
+        }
+        let new = *last != states;
+        *last = states;
+        new
+    });
 }
 
 /// Whether this process may write now, per shard; cheap to clone and to ask on every write.
@@ -174,11 +195,11 @@ impl Leadership {
     /// lapsed meanwhile), as the campaign publishes it.
     pub fn shard_gains(&self) -> ShardGains {
         let states = self.election.as_ref().map(|e| e.shards.clone());
-        let until = states
+        let terms = states
             .as_ref()
-            .map(|s| s.borrow().iter().map(|s| s.until).collect())
+            .map(|s| s.borrow().iter().map(|s| s.term).collect())
             .unwrap_or_default();
-        ShardGains { states, until }
+        ShardGains { states, terms }
     }
 
     /// Wakes when leadership of shard 0 is won or lost, as [`Leadership::may_write`] would tell.
@@ -264,42 +285,34 @@ impl LeadershipChanges {
 pub struct ShardGains {
     /// `None`: no election, nothing is ever won.
     states: Option<watch::Receiver<Vec<ShardState>>>,
-    /// Each shard's deadline when last looked at.
-    until: Vec<Option<Instant>>,
+    /// Each shard's term when last looked at.
+    terms: Vec<u64>,
 }
 
 impl ShardGains {
     /// Waits until the campaign publishes the lead of shards this replica did not lead when last
-    /// looked at, and returns them. A lead whose deadline passed before the new one was seen
-    /// counts as won again: writes stopped meanwhile, and what did not sync then must be looked
-    /// at (when this wakes late it can count a renewal so, which costs a look, never a miss).
-    /// `None` once nothing can change any more.
+    /// looked at (or has lost and won again since, a lapse included), and returns them. `None`
+    /// once nothing can change any more.
     pub async fn gained(&mut self) -> Option<Vec<u32>> {
         let states = self.states.as_mut()?;
         loop {
             states.changed().await.ok()?;
-            let until: Vec<Option<Instant>> =
-                states.borrow_and_update().iter().map(|s| s.until).collect();
-            let won = won(&self.until, &until, Instant::now());
-            self.until = until;
+            let now = Instant::now();
+            let states = states.borrow_and_update();
+            let won: Vec<u32> = states
+                .iter()
+                .enumerate()
+                .filter(|(i, s)| {
+                    leading(s.until, now) && self.terms.get(*i).is_none_or(|t| *t != s.term)
+                })
+                .filter_map(|(i, _)| u32::try_from(i).ok())
+                .collect();
+            self.terms = states.iter().map(|s| s.term).collect();
             if !won.is_empty() {
                 return Some(won);
             }
         }
     }
-}
-
-/// The shards led at `now` under the deadlines `until` that were not led continuously under
-/// `before`: not led then, or led under a deadline that has passed since.
-fn won(before: &[Option<Instant>], until: &[Option<Instant>], now: Instant) -> Vec<u32> {
-    until
-        .iter()
-        .enumerate()
-        .filter(|(i, until)| {
-            leading(**until, now) && !leading(before.get(*i).copied().flatten(), now)
-        })
-        .filter_map(|(i, _)| u32::try_from(i).ok())
-        .collect()
 }
 
 /// Where the Lease lives and who we are.
@@ -451,16 +464,14 @@ impl Campaign {
     }
 
     fn publish(&self) {
-        let until = self.elector.leading_until();
         // Published on every look at the Lease: only a new deadline wakes the waiters.
-        self.until.send_if_modified(|published| {
-            let new = first(published) != until;
-            *published = vec![ShardState {
-                until,
-                held_elsewhere: false,
-            }];
-            new
-        });
+        publish(
+            &self.until,
+            vec![ShardState {
+                until: self.elector.leading_until(),
+                ..ShardState::default()
+            }],
+        );
     }
 
     /// One look at the Lease and the write it calls for.
@@ -587,6 +598,7 @@ mod tests {
         let (tx, leadership) = Leadership::published(vec![ShardState {
             until,
             held_elsewhere: false,
+            term: 0,
         }]);
         (Deadline(tx), leadership)
     }
@@ -599,6 +611,7 @@ mod tests {
             self.0.send_replace(vec![ShardState {
                 until,
                 held_elsewhere: false,
+                term: 0,
             }]);
         }
     }
@@ -689,10 +702,12 @@ mod tests {
             ShardState {
                 until: Some(Instant::now() + FAR),
                 held_elsewhere: false,
+                term: 0,
             },
             ShardState {
                 until: None,
                 held_elsewhere: true,
+                term: 0,
             },
         ]);
         let writing = |shard: usize| {
@@ -732,28 +747,32 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn gains_name_the_shards_won_and_those_whose_lead_lapsed() {
+    async fn gains_name_the_shards_won_and_those_lost_and_won_again() {
         let led = |until: Option<Instant>| ShardState {
             until,
-            held_elsewhere: false,
+            ..ShardState::default()
         };
         let far = || Some(Instant::now() + FAR);
         let (tx, leadership) = Leadership::published(vec![led(far()), led(None), led(None)]);
         let mut gains = leadership.shard_gains();
         // A renewal, and another replica's news, are no gain.
-        tx.send_replace(vec![led(far()), led(None), led(None)]);
+        publish(&tx, vec![led(far()), led(None), led(None)]);
         quiet(&mut gains).await;
-        tx.send_replace(vec![
-            led(far()),
-            ShardState {
-                until: None,
-                held_elsewhere: true,
-            },
-            led(None),
-        ]);
+        let theirs = ShardState {
+            held_elsewhere: true,
+            ..ShardState::default()
+        };
+        publish(&tx, vec![led(far()), theirs, led(None)]);
         quiet(&mut gains).await;
         // Won.
-        tx.send_replace(vec![led(far()), led(None), led(far())]);
+        publish(&tx, vec![led(far()), led(None), led(far())]);
+        assert_eq!(
+            tokio::time::timeout(FAR, gains.gained()).await,
+            Ok(Some(vec![2]))
+        );
+        // Shard 2 lost and won again before the reader looks: a gain all the same.
+        publish(&tx, vec![led(far()), led(None), led(None)]);
+        publish(&tx, vec![led(far()), led(None), led(far())]);
         assert_eq!(
             tokio::time::timeout(FAR, gains.gained()).await,
             Ok(Some(vec![2]))
@@ -761,10 +780,10 @@ mod tests {
         // Shard 0's deadline passes unrenewed, then a new one comes: won again. Shard 2's
         // renewal is not.
         let soon = Instant::now() + Duration::from_millis(100);
-        tx.send_replace(vec![led(Some(soon)), led(None), led(far())]);
+        publish(&tx, vec![led(Some(soon)), led(None), led(far())]);
         quiet(&mut gains).await;
         tokio::time::sleep_until(tokio::time::Instant::from_std(soon)).await;
-        tx.send_replace(vec![led(far()), led(None), led(far())]);
+        publish(&tx, vec![led(far()), led(None), led(far())]);
         assert_eq!(
             tokio::time::timeout(FAR, gains.gained()).await,
             Ok(Some(vec![0]))

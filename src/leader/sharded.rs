@@ -262,14 +262,11 @@ impl Campaign {
             .map(|(until, slot)| ShardState {
                 until,
                 held_elsewhere: slot.held_elsewhere,
+                ..ShardState::default()
             })
             .collect();
         // Only a change wakes the waiters: renewals move the deadlines at every look.
-        self.published.send_if_modified(|published| {
-            let new = *published != states;
-            *published = states;
-            new
-        });
+        super::publish(&self.published, states);
     }
 
     /// One look at every Lease of the election and the writes it calls for.
