@@ -4,8 +4,9 @@
 //! end of the list, as after any watch that had to start over.
 //!
 //! Asked for when a shard is won (as the campaign publishes it) and by any sync that finds a
-//! stand-in of a scaler it now evaluates (a shard won again after a lapse the campaign did not
-//! publish), so a stand-in never stays in the way. Lists are spaced and never cut short: the next
+//! stand-in of a scaler it now evaluates (the look a won shard brings can come before the list
+//! it asked for has ended), so a stand-in never stays in the way. What the list brings is looked
+//! at once it has ended (see `list_triggers`). Lists are spaced and never cut short: the next
 //! starts once the last has ended and at least five seconds after it started.
 
 use std::sync::Arc;
