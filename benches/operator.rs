@@ -15,7 +15,7 @@
 //! stand-in answers, `--replicas N` runs N replicas dividing the fleet by shards instead (and
 //! neither the reaction nor the restart). `LLMSCALER_BENCH_OPERATOR=<path>` runs another build
 //! of the operator (an older one, to compare), and `LLMSCALER_BENCH_PERF=1` records each window
-//! with `perf record` (target/bench/perf-<size>.data).
+//! with `perf record` (target/bench/perf-<size>.data; of the first replica with `--replicas`).
 //!
 //! Reaction: one scaler on a 2 s sync period; the metric steps up and down 50 times, each at a
 //! random phase of the sync timer; the time from the step to spec.replicas written, p50 and p99,
@@ -332,7 +332,12 @@ async fn sharded(client: &kube::Client, options: &Options) {
         for op in &operators {
             before.push(Reading::of(op, &fleet).await);
         }
+        // The first replica's window, as one replica's is recorded.
+        let perf = options.perf.then(|| perf_record(operators[0].pid(), size));
         tokio::time::sleep(WINDOW).await;
+        if let Some(mut perf) = perf {
+            let _ = perf.wait();
+        }
         let fleet = Fleet::take(client, &queries).await;
         let mut after = Vec::new();
         for op in &operators {
