@@ -158,12 +158,6 @@ impl Leadership {
         !self.sharded() || self.may_write_shard(self.shard_of(uid))
     }
 
-    /// Whether another replica leads the scaler with this uid and renews its Lease: what it last
-    /// wrote in the scaler's status is then current.
-    pub fn led_elsewhere(&self, uid: &str) -> bool {
-        self.held_elsewhere(self.shard_of(uid))
-    }
-
     /// Whether another replica holds the Lease of `shard` and renews it.
     pub fn held_elsewhere(&self, shard: u32) -> bool {
         self.election.as_ref().is_some_and(|e| {
@@ -722,7 +716,8 @@ mod tests {
         let (ours, theirs) = (uid_in(0), uid_in(1));
         assert!(leadership.sharded());
         assert!(leadership.evaluates(&ours) && !leadership.evaluates(&theirs));
-        assert!(leadership.led_elsewhere(&theirs) && !leadership.led_elsewhere(&ours));
+        let held = |uid: &str| leadership.held_elsewhere(leadership.shard_of(uid));
+        assert!(held(&theirs) && !held(&ours));
         assert!(leadership.write_guard(&theirs).is_none());
         assert_eq!(writing(1), 0, "a refused writer is not counted");
         let guard = leadership.write_guard(&ours).expect("leads shard 0");
