@@ -134,20 +134,8 @@ async fn create_scalers(env: &Env, server: &str) {
     futures::stream::iter(0..SCALERS)
         .for_each_concurrent(8, |i| async move {
             let name = format!("model-{i}");
-            let d: Deployment = serde_json::from_value(json!({
-                "metadata": { "name": name },
-                "spec": {
-                    "replicas": 1,
-                    "selector": { "matchLabels": { "app": name } },
-                    "template": {
-                        "metadata": { "labels": { "app": name } },
-                        "spec": { "containers": [{ "name": "vllm", "image": "registry.k8s.io/pause:3.10" }] }
-                    }
-                }
-            }))
-            .unwrap();
             env.deployments()
-                .create(&PostParams::default(), &d)
+                .create(&PostParams::default(), &deployment(&name))
                 .await
                 .unwrap();
             let scaler: LLMScaler = serde_json::from_value(json!({
@@ -170,6 +158,22 @@ async fn create_scalers(env: &Env, server: &str) {
                 .unwrap();
         })
         .await;
+}
+
+/// A one-replica Deployment of pods labelled `app: name`.
+fn deployment(name: &str) -> Deployment {
+    serde_json::from_value(json!({
+        "metadata": { "name": name },
+        "spec": {
+            "replicas": 1,
+            "selector": { "matchLabels": { "app": name } },
+            "template": {
+                "metadata": { "labels": { "app": name } },
+                "spec": { "containers": [{ "name": "vllm", "image": "registry.k8s.io/pause:3.10" }] }
+            }
+        }
+    }))
+    .unwrap()
 }
 
 /// The holder of each shard's Lease.
@@ -408,6 +412,77 @@ async fn replicas_divide_the_shards_and_take_over_a_dead_ones() {
             },
         )
         .await;
+    }
+
+    // A scaler of another replica's shard, created after this one started, is known to its
+    // conflict checks: of two scalers of a new Deployment, the younger yields to the older
+    // wherever each is led. Pairs are made until a few are led apart (a third are led together).
+    let mut pairs = Vec::new();
+    let mut apart = 0;
+    for i in 0..SCALERS {
+        let target = format!("pair-{i}");
+        env.deployments()
+            .create(&PostParams::default(), &deployment(&target))
+            .await
+            .unwrap();
+        let mut leaders = Vec::new();
+        for role in ["older", "younger"] {
+            let mut scaler = env.scalers().get(&format!("model-{i}")).await.unwrap();
+            scaler.metadata = kube::api::ObjectMeta {
+                name: Some(format!("{role}-{i}")),
+                ..Default::default()
+            };
+            scaler.spec.target_ref.name = target.clone();
+            scaler.status = None;
+            let made = env
+                .scalers()
+                .create(&PostParams::default(), &scaler)
+                .await
+                .unwrap();
+            let shard = llmscaleoperator::leader::shards::shard_of(&made.uid().unwrap(), SHARDS);
+            leaders.push(holders_before[usize::try_from(shard).unwrap()].clone());
+        }
+        pairs.push(i);
+        if leaders[0] != leaders[1] {
+            apart += 1;
+            if apart == 2 {
+                break;
+            }
+        }
+    }
+    assert_eq!(apart, 2, "no two pairs led apart");
+    common::eventually(
+        "each younger scaler to yield to its older",
+        WAIT,
+        || async {
+            for i in &pairs {
+                let status = env
+                    .scalers()
+                    .get(&format!("younger-{i}"))
+                    .await
+                    .ok()?
+                    .status?;
+                let ready = status.conditions.iter().find(|c| c.type_ == "Ready")?;
+                let yields = ready.status == "False"
+                    && ready.reason == "ConflictingAutoscaler"
+                    && ready.message.contains(&format!("LLMScaler older-{i} "));
+                if !yields {
+                    return None;
+                }
+            }
+            Some(())
+        },
+    )
+    .await;
+    let gone = kube::api::DeleteParams::default();
+    for i in &pairs {
+        for name in [format!("older-{i}"), format!("younger-{i}")] {
+            env.scalers().delete(&name, &gone).await.unwrap();
+        }
+        env.deployments()
+            .delete(&format!("pair-{i}"), &gone)
+            .await
+            .unwrap();
     }
 
     // op-a dies without a word.

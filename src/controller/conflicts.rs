@@ -362,17 +362,24 @@ impl ScalerIndex {
         if !self.seeded
             && let Some(store) = store
         {
-            for cached in store.state() {
-                self.file(&cached);
-            }
-            self.seeded = true;
-            self.swept = Some(Instant::now());
+            self.file_all(store);
         }
         self.file(scaler);
         if let Some(store) = store
             && self.swept.is_some_and(|at| at.elapsed() >= SWEEP)
         {
             self.sweep(store);
+            self.swept = Some(Instant::now());
+        }
+    }
+
+    /// Files every scaler `store` holds.
+    fn file_all(&mut self, store: &Store<LLMScaler>) {
+        for cached in store.state() {
+            self.file(&cached);
+        }
+        if !self.seeded {
+            self.seeded = true;
             self.swept = Some(Instant::now());
         }
     }
@@ -498,6 +505,15 @@ impl Conflicts {
     /// dropped.
     pub fn register(&self, scaler: &LLMScaler) {
         self.index().register(self.scalers.get(), scaler);
+    }
+
+    /// Files every cached scaler, once a list of them has ended. With shards, the scalers of
+    /// another replica never sync here: this, and each change the watch brings of them (see
+    /// [`Self::register`]), is how they are filed.
+    pub fn file_cached(&self) {
+        if let Some(store) = self.scalers.get() {
+            self.index().file_all(store);
+        }
     }
 
     fn older_scaler(
@@ -884,7 +900,7 @@ mod tests {
             events in proptest::collection::vec((0u8..3, 0u8..6, 0u8..2, 0u8..3), 0..40),
             probes in proptest::collection::vec((0u8..2, 0u8..3), 1..8),
         ) {
-            let resource = ApiResource::erase::<HorizontalPodAutoscaler>(&());
+            let resource = super::super::cached_watch::Kind::new(ApiResource::erase::<HorizontalPodAutoscaler>(&()));
             let mut writer: Writer<Claim> = Writer::new(resource.clone());
             let store = writer.as_reader();
             let claims = Claims::default();

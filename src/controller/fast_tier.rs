@@ -380,13 +380,21 @@ async fn serve(app: axum::Router) -> String {
 
 /// A Prometheus that answers every query with one series of value `value`.
 async fn prometheus(value: f64) -> String {
+    counted_prometheus(value).await.0
+}
+
+/// [`prometheus`], and how many queries it has answered.
+async fn counted_prometheus(value: f64) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
     let reply = json!({ "status": "success", "data": { "resultType": "vector",
         "result": [{ "metric": {}, "value": [1.0, value.to_string()] }] } });
+    let queries = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = queries.clone();
     let app = axum::Router::new().fallback(move || {
+        counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let reply = reply.clone();
         async move { axum::Json(reply) }
     });
-    serve(app).await
+    (serve(app).await, queries)
 }
 
 /// A scaler, the fake apiserver and a context, built step by step.
@@ -1708,4 +1716,54 @@ async fn a_scaler_deleted_during_a_list_is_forgotten_at_its_end() {
         text.contains(r#"scaler="kept""#) && !text.contains(r#"scaler="gone""#),
         "{text}"
     );
+}
+
+/// With shards, a scaler of a shard another replica holds costs this replica no query, no write
+/// and no look on a period: its values are served from its status. Once its shard is won here,
+/// it is this replica's to sync again.
+#[tokio::test]
+async fn another_shards_scaler_is_served_from_its_status_and_never_looked_at_again() {
+    use std::sync::atomic::Ordering;
+    use std::time::{Duration, Instant};
+
+    use crate::leader::ShardState;
+
+    let (server, queries) = counted_prometheus(3.0).await;
+    let mut scaler = scaler_json("s", &server, json!({}));
+    scaler["status"] = json!({
+        "currentReplicas": 2, "desiredReplicas": 6,
+        "conditions": [{ "type": "Ready", "status": "True", "reason": "Synced", "message": "",
+                         "lastTransitionTime": "2026-01-01T00:00:00Z" }],
+        "currentMetrics": [{ "name": "kv", "value": "3", "recommendedReplicas": 6,
+                             "measuredAt": "2026-01-01T00:00:00Z" }]
+    });
+    let ours = ShardState {
+        until: Some(Instant::now() + Duration::from_secs(3600)),
+        ..ShardState::default()
+    };
+    let theirs = ShardState {
+        held_elsewhere: true,
+        ..ShardState::default()
+    };
+    let shard = usize::try_from(crate::leader::shards::shard_of("uid-s", 2)).expect("a shard");
+    let mut states = vec![ours, ours];
+    states[shard] = theirs;
+    let (tx, leadership) = Leadership::published(states);
+    let h = Harness::new(FakeApi::default().with_deployment("vllm", 2), leadership);
+
+    for _ in 0..2 {
+        assert_eq!(h.sync(&scaler).await, Action::await_change());
+    }
+    assert_eq!(queries.load(Ordering::SeqCst), 0, "no query");
+    assert!(h.api.writes().is_empty(), "{:?}", h.api.writes());
+    let served = h.cached("s").expect("served from its status");
+    assert_eq!(
+        (served.desired_replicas, served.metrics[0].value),
+        (6, Some(3.0))
+    );
+    assert!(served.vouched.as_ref().is_some_and(|v| v.holds()));
+
+    // Its shard won here: looked at on a period again.
+    tx.send_replace(vec![ours, ours]);
+    assert_ne!(h.sync(&scaler).await, Action::await_change());
 }

@@ -237,9 +237,9 @@ async fn run_one(
             // Never read; on a big fleet a large share of each cached scaler.
             s.managed_fields_mut().clear();
             s.annotations_mut().remove(target_watches::LAST_APPLIED);
-            if leadership.sharded() && !leadership.evaluates(&s.uid().unwrap_or_default()) {
-                shards::stand_in(s);
-            }
+            // With shards: what another replica leads is served from its status, and kept only
+            // as a stand-in.
+            shards::watched(&served, s);
         }),
     )
     .inspect(move |event| match event {
@@ -251,17 +251,19 @@ async fn run_one(
             // A scaler deleted while a list ran (or the watch was down) leaves the store at the
             // end of the list without a Delete event.
             forget_vanished(&forget, &listed);
+            // The conflict checks find every listed scaler, another replica's too (those never
+            // sync here).
+            forget.conflicts.file_cached();
+        }
+        Ok(watcher::Event::Apply(scaler)) if shards::is_stand_in(scaler) => {
+            forget.conflicts.register(scaler);
         }
         _ => {}
     })
-    // With shards: a status written by the leader of another shard is served at once (status
-    // writes are filtered out below, as they do not change the generation).
-    .inspect(move |event| {
-        if let Ok(watcher::Event::Apply(scaler) | watcher::Event::InitApply(scaler)) = event {
-            shards::watched(&served, scaler);
-        }
-    })
     .applied_objects()
+    // Another replica's scaler needs no look when it changes (see shards::elsewhere), and so no
+    // place in the generation cache below.
+    .try_filter(|scaler| std::future::ready(!shards::is_stand_in(scaler)))
     // Our own status writes do not change the generation, so they do not trigger a sync.
     .predicate_filter(predicates::generation, Default::default())
     // During a list, looks wait for its end (see list_triggers).

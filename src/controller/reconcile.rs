@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures::future::{join_all, join3};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ApiResource, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -88,7 +88,7 @@ async fn sync(scaler: Arc<LLMScaler>, ctx: Arc<Context>) -> Result<Action, Recon
     // Taken whatever this sync does: only a sync requeued below has an instant it was due at.
     let due = ctx.memory.take_due(&uid);
     // With shards: another replica's scaler costs no query here, and no look until its shard
-    // is taken over or its spec changes.
+    // is taken over.
     if super::shards::elsewhere(&scaler, &ctx) {
         return Ok(Action::await_change());
     }
@@ -180,7 +180,7 @@ struct Observed {
     /// metadata.uid of the target object read.
     target_uid: String,
     /// How to write the target, and what the victim selection needs of it.
-    resource: ApiResource,
+    resource: super::cached_watch::Kind,
     object: Arc<WatchedTarget>,
     /// How to reach serverAddress (client and headers), for the deletion-cost query; none when
     /// a paused scaler's server cannot be reached.

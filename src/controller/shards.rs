@@ -1,8 +1,8 @@
 //! Scalers of shards another replica leads (`--shards` above 1): this replica neither queries
-//! their signal nor writes them, and does not look at them on a period. It serves their values
-//! on the external metrics API from their status, which the leader of their shard writes
-//! whenever a value changes, and looks at them again when it comes to lead their shard (see
-//! [`taken_over`]) or their spec changes.
+//! their signal nor writes them, and does not look at them on a period or when they change. It
+//! serves their values on the external metrics API from their status, which the leader of their
+//! shard writes whenever a value changes (taken as the watch brings it, see [`watched`]), and
+//! looks at them again when it comes to lead their shard (see [`taken_over`]).
 //!
 //! What is served so is at most one status write behind the leader (plus the watch's delay): an
 //! unchanged value is not rewritten, so while the shard's leader renews its Lease the value is
@@ -64,9 +64,9 @@ impl StandingBy {
     }
 }
 
-/// For a scaler this replica does not evaluate: its values served from its status, and true,
-/// as nothing more is done with it until its shard is taken over or its spec changes. False:
-/// this replica evaluates it.
+/// For a scaler this replica does not evaluate (at its first look since its shard was lost): its
+/// values served from its status, and true, as nothing more is done with it until its shard is
+/// taken over. False: this replica evaluates it.
 pub(super) fn elsewhere(scaler: &LLMScaler, ctx: &Context) -> bool {
     if !ctx.leadership.sharded() {
         return false;
@@ -90,7 +90,11 @@ pub(super) fn elsewhere(scaler: &LLMScaler, ctx: &Context) -> bool {
             "led by another replica: served from its status"
         );
     }
-    serve_from_status(ctx, scaler);
+    // A stand-in's values were served as the watch brought it; an object kept whole was led
+    // here when it came, and is served from its status from now on.
+    if !is_stand_in(scaler) {
+        serve_from_status(ctx, scaler);
+    }
     true
 }
 
@@ -121,11 +125,13 @@ pub(super) fn taken_over(
     })
 }
 
-/// Feeds the metric cache from the scaler's status, for a scaler another replica leads; a
-/// scaler this replica evaluates is left alone (its syncs feed the cache).
-pub(super) fn watched(ctx: &Context, scaler: &LLMScaler) {
+/// For a scaler another replica leads, as the watch brings it: its values served from its
+/// status, and only a stand-in of it kept. A scaler this replica evaluates is left alone (its
+/// syncs feed the cache).
+pub(super) fn watched(ctx: &Context, scaler: &mut LLMScaler) {
     if ctx.leadership.sharded() && !ctx.leadership.evaluates(&scaler.uid().unwrap_or_default()) {
         serve_from_status(ctx, scaler);
+        stand_in(scaler);
     }
 }
 
@@ -185,11 +191,10 @@ fn snapshot(scaler: &LLMScaler, vouch: Vouch) -> Option<ScalerSnapshot> {
     })
 }
 
-/// Strips a scaler another replica leads down to what this replica reads of it: what serving
-/// its values from its status takes (`snapshot`: the Ready condition's status, the metrics'
-/// readings, the replica counts, the sync period) and what the conflict checks of this replica's
-/// own scalers read (its target, bounds, creation time and dry-run annotation). A scaler's spec
-/// and status are most of its memory, and a replica of a sharded fleet holds every scaler.
+/// Strips a scaler another replica leads down to what the conflict checks of this replica's own
+/// scalers read of it (its target, bounds, creation time and dry-run annotation) and the sync
+/// period; its values are served from its status before (see [`watched`]). A scaler's spec and
+/// status are most of its memory, and a replica of a sharded fleet holds every scaler.
 ///
 /// The stand-in is marked by an empty serverAddress, which admission refuses on a real object;
 /// when this replica comes to lead the shard, the whole object is listed again (`relist`).
@@ -223,20 +228,7 @@ pub(super) fn stand_in(scaler: &mut LLMScaler) {
     spec.scale_to_zero = None;
     spec.fallback = None;
     spec.preemption = None;
-    if let Some(status) = &mut scaler.status {
-        status
-            .conditions
-            .retain(|c| c.type_ == super::status::READY);
-        for condition in &mut status.conditions {
-            condition.reason = String::new();
-            condition.message = String::new();
-        }
-        status.last_scale_time = None;
-        status.recommendation_history = None;
-        status.startup = None;
-        status.scale_to_zero = None;
-        status.objective = None;
-    }
+    scaler.status = None;
 }
 
 /// Whether this is what [`stand_in`] kept of a scaler.
@@ -306,13 +298,14 @@ mod tests {
     }
 
     #[test]
-    fn a_stand_in_serves_as_the_scaler_and_is_told_apart() {
+    fn a_stand_in_keeps_what_conflict_checks_read_and_is_told_apart() {
         for ready in ["True", "False"] {
             let whole = scaler(ready);
             let mut kept = whole.clone();
             stand_in(&mut kept);
             assert!(is_stand_in(&kept) && !is_stand_in(&whole));
-            assert_eq!(snapshot(&whole, vouch()), snapshot(&kept, vouch()));
+            // Its values are served before it is stripped (see `watched`).
+            assert_eq!(kept.status, None);
             // What the conflict checks read of another scaler.
             assert_eq!(kept.spec.target_ref, whole.spec.target_ref);
             assert_eq!(kept.metadata.uid, whole.metadata.uid);

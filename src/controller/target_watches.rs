@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
-use kube::api::{ApiResource, GroupVersionKind};
+use kube::api::GroupVersionKind;
 use kube::runtime::reflector::ObjectRef;
 use thiserror::Error;
 use tokio::sync::Mutex;
 
-use super::cached_watch::CachedWatch;
+use super::cached_watch::{CachedWatch, Kind};
 use super::watched_target::WatchedTarget;
 use crate::api::TargetRef;
 use crate::supervisor::Supervisor;
@@ -61,7 +61,7 @@ impl TargetWatches {
         &self,
         target_ref: &TargetRef,
         namespace: &str,
-    ) -> Result<(ApiResource, Option<Arc<WatchedTarget>>), TargetLookupError> {
+    ) -> Result<(Kind, Option<Arc<WatchedTarget>>), TargetLookupError> {
         let watch = self.watch(target_ref).await?;
         if !watch.synced_within(SYNC_TIMEOUT).await {
             return Err(TargetLookupError::NotSynced {
