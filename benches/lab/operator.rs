@@ -393,8 +393,15 @@ impl Policy for Operator {
             // OBJECTIVE_TRACE=1 prints what each sync learned (for studying the estimator).
             if std::env::var_os("OBJECTIVE_TRACE").is_some() {
                 eprintln!(
-                    "{} t={:.0} spec={} {:?} {:?}",
-                    self.label, view.now, view.spec, learnt.lesson, learnt.late
+                    "{} t={:.0} spec={} rec={:?} desired={} {:?} {:?} reasons={:?}",
+                    self.label,
+                    view.now,
+                    view.spec,
+                    step.decision.recommendation,
+                    step.decision.desired,
+                    learnt.lesson,
+                    learnt.late,
+                    step.decision.reasons
                 );
             }
         }
