@@ -685,6 +685,8 @@ mod tests {
     use kube::runtime::reflector::store::Writer;
     use proptest::prelude::*;
 
+    use super::super::cached_watch::Kind;
+
     /// A scaler of the generated fleets: few namespaces, targets and creation seconds, so that
     /// they collide (same target, same second) often.
     #[derive(Debug, Clone)]
@@ -900,7 +902,7 @@ mod tests {
             events in proptest::collection::vec((0u8..3, 0u8..6, 0u8..2, 0u8..3), 0..40),
             probes in proptest::collection::vec((0u8..2, 0u8..3), 1..8),
         ) {
-            let resource = super::super::cached_watch::Kind::new(ApiResource::erase::<HorizontalPodAutoscaler>(&()));
+            let resource = Kind::new(ApiResource::erase::<HorizontalPodAutoscaler>(&()));
             let mut writer: Writer<Claim> = Writer::new(resource.clone());
             let store = writer.as_reader();
             let claims = Claims::default();

@@ -1751,17 +1751,26 @@ async fn another_shards_scaler_is_served_from_its_status_and_never_looked_at_aga
     let (tx, leadership) = Leadership::published(states);
     let h = Harness::new(FakeApi::default().with_deployment("vllm", 2), leadership);
 
-    for _ in 0..2 {
-        assert_eq!(h.sync(&scaler).await, Action::await_change());
-    }
-    assert_eq!(queries.load(Ordering::SeqCst), 0, "no query");
-    assert!(h.api.writes().is_empty(), "{:?}", h.api.writes());
+    // As the watch brings it: served at once, and only a stand-in kept for the store.
+    let mut kept: LLMScaler = serde_json::from_value(scaler.clone()).expect("a valid scaler");
+    super::shards::watched(&h.ctx, &mut kept);
+    assert!(super::shards::is_stand_in(&kept) && kept.status.is_none());
     let served = h.cached("s").expect("served from its status");
     assert_eq!(
         (served.desired_replicas, served.metrics[0].value),
         (6, Some(3.0))
     );
     assert!(served.vouched.as_ref().is_some_and(|v| v.holds()));
+
+    // Looked at (the stand-in, or the whole object kept from before its shard was lost): no
+    // query, no write, and no look on a period.
+    let kept = serde_json::to_value(&kept).expect("a scaler serializes");
+    for object in [&kept, &scaler] {
+        assert_eq!(h.sync(object).await, Action::await_change());
+    }
+    assert_eq!(queries.load(Ordering::SeqCst), 0, "no query");
+    assert!(h.api.writes().is_empty(), "{:?}", h.api.writes());
+    assert_eq!(h.cached("s"), Some(served));
 
     // Its shard won here: looked at on a period again.
     tx.send_replace(vec![ours, ours]);
