@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -295,12 +296,61 @@ impl Indexed {
     }
 }
 
+/// What the conflict checks read of an LLMScaler: the target it names, when it came, whether it
+/// is a dry run. With shards, this is all a replica keeps of the scalers another replica leads
+/// (see `shards::Others`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Peer {
+    pub uid: String,
+    pub name: String,
+    target: TargetKey,
+    created: Option<Timestamp>,
+    dry_run: bool,
+}
+
+impl Peer {
+    pub fn of(scaler: &LLMScaler) -> Self {
+        Self {
+            uid: scaler.uid().unwrap_or_default(),
+            name: scaler.name_any(),
+            target: TargetKey::of(&scaler.spec.target_ref),
+            created: created(scaler),
+            dry_run: super::annotations::is_dry_run(scaler),
+        }
+    }
+}
+
+fn created(scaler: &LLMScaler) -> Option<Timestamp> {
+    scaler.meta().creation_timestamp.as_ref().map(|t| t.0)
+}
+
+/// Where the conflict checks read the LLMScalers as they are now: the controller's cache and,
+/// with shards, what is kept of the scalers another replica leads.
+#[derive(Clone)]
+pub struct Scalers {
+    pub cache: Store<LLMScaler>,
+    pub others: Arc<super::shards::Others>,
+}
+
+impl Scalers {
+    /// `namespace/name` as it is now, if it is still the incarnation `uid`.
+    fn current(&self, namespace: &str, name: &str, uid: &str) -> Option<Peer> {
+        match self.cache.get(&ObjectRef::new(name).within(namespace)) {
+            Some(cached) => {
+                (cached.metadata.uid.as_deref() == Some(uid)).then(|| Peer::of(&cached))
+            }
+            None => self.others.get(namespace, name).filter(|p| p.uid == uid),
+        }
+    }
+}
+
 /// The LLMScalers of one controller by the target they name, so that a sync reads only the
 /// scalers of its own target. Filed from the controller's cache once it is ready (the controller
 /// runs no sync before), then by each scaler's own syncs (its first comes at once when it is
-/// created or its spec changes), and checked against the cache at every lookup: a scaler that is
-/// gone, or that names another target now, is never taken for a claimant, and whether one is a
-/// dry run is read as it is now.
+/// created or its spec changes) and, with shards, by the watch for the scalers another replica
+/// leads; checked against the scalers as they are now at every lookup: a scaler that is gone,
+/// or that names another target now, is never taken for a claimant, and whether one is a dry
+/// run is read as it is now.
 #[derive(Default)]
 struct ScalerIndex {
     /// namespace → target → (uid, name) of each scaler filed there: nearly always one, so a
@@ -319,25 +369,54 @@ impl ScalerIndex {
         else {
             return;
         };
-        let name = scaler.name_any();
         let target = &scaler.spec.target_ref;
-        if let Some((ns, key, filed_name)) = self.filed.get(uid)
+        self.file_as(
+            uid,
+            namespace,
+            &scaler.name_any(),
+            |key| key.is(target),
+            || TargetKey::of(target),
+        );
+    }
+
+    /// Files `peer` of `namespace` under the target it names now.
+    fn file_peer(&mut self, namespace: &str, peer: &Peer) {
+        self.file_as(
+            &peer.uid,
+            namespace,
+            &peer.name,
+            |key| *key == peer.target,
+            || peer.target.clone(),
+        );
+    }
+
+    /// Files `uid` (`namespace/name`) under its target: `is` tells whether a key is that target
+    /// (so that an unchanged entry costs no allocation, as at every sync), `key` makes it.
+    fn file_as(
+        &mut self,
+        uid: &str,
+        namespace: &str,
+        name: &str,
+        is: impl Fn(&TargetKey) -> bool,
+        key: impl FnOnce() -> TargetKey,
+    ) {
+        if let Some((ns, filed_key, filed_name)) = self.filed.get(uid)
             && ns == namespace
-            && key.is(target)
-            && *filed_name == name
+            && is(filed_key)
+            && filed_name == name
         {
             return;
         }
         self.unfile(uid);
-        let key = TargetKey::of(target);
+        let key = key();
         self.by_target
-            .entry(namespace.clone())
+            .entry(namespace.to_owned())
             .or_default()
             .entry(key.clone())
             .or_insert_with(|| Vec::with_capacity(1))
-            .push((uid.clone(), name.clone()));
+            .push((uid.to_owned(), name.to_owned()));
         self.filed
-            .insert(uid.clone(), (namespace.clone(), key, name));
+            .insert(uid.to_owned(), (namespace.to_owned(), key, name.to_owned()));
     }
 
     fn unfile(&mut self, uid: &str) {
@@ -358,26 +437,29 @@ impl ScalerIndex {
     }
 
     /// [`Conflicts::register`].
-    fn register(&mut self, store: Option<&Store<LLMScaler>>, scaler: &LLMScaler) {
+    fn register(&mut self, scalers: Option<&Scalers>, scaler: &LLMScaler) {
         if !self.seeded
-            && let Some(store) = store
+            && let Some(scalers) = scalers
         {
-            self.file_all(store);
+            self.file_all(scalers);
         }
         self.file(scaler);
-        if let Some(store) = store
+        if let Some(scalers) = scalers
             && self.swept.is_some_and(|at| at.elapsed() >= SWEEP)
         {
-            self.sweep(store);
+            self.sweep(scalers);
             self.swept = Some(Instant::now());
         }
     }
 
-    /// Files every scaler `store` holds.
-    fn file_all(&mut self, store: &Store<LLMScaler>) {
-        for cached in store.state() {
+    /// Files every scaler of `scalers`.
+    fn file_all(&mut self, scalers: &Scalers) {
+        for cached in scalers.cache.state() {
             self.file(&cached);
         }
+        scalers
+            .others
+            .each(|namespace, peer| self.file_peer(namespace, peer));
         if !self.seeded {
             self.seeded = true;
             self.swept = Some(Instant::now());
@@ -393,12 +475,12 @@ impl ScalerIndex {
             .unwrap_or_default()
     }
 
-    /// Drops every scaler `store` no longer holds (the same uid under the same name).
-    fn sweep(&mut self, store: &Store<LLMScaler>) {
+    /// Drops every scaler `scalers` no longer holds (the same uid under the same name).
+    fn sweep(&mut self, scalers: &Scalers) {
         let gone: Vec<String> = self
             .filed
             .iter()
-            .filter(|(uid, (namespace, _, name))| current(store, namespace, name, uid).is_none())
+            .filter(|(uid, (namespace, _, name))| scalers.current(namespace, name, uid).is_none())
             .map(|(uid, _)| uid.clone())
             .collect();
         for uid in gone {
@@ -408,53 +490,52 @@ impl ScalerIndex {
 }
 
 /// The oldest other LLMScaler that writes `target` in `namespace` and came before `scaler` (see
-/// [`precedes`]): read from `store` as it is now, among the scalers `index` files under that
+/// [`precedes`]): read from `scalers` as they are now, among those `index` files under that
 /// target. Entries found stale on the way are mended.
 fn older_scaler(
     index: &Mutex<ScalerIndex>,
-    store: &Store<LLMScaler>,
+    scalers: &Scalers,
     scaler: &LLMScaler,
     namespace: &str,
     target: &TargetKey,
-) -> Option<Arc<LLMScaler>> {
+) -> Option<Peer> {
     let lock = || index.lock().unwrap_or_else(PoisonError::into_inner);
-    // Copied out: the cache is read without holding the index.
+    // Copied out: the scalers are read without holding the index.
     let filed = lock().filed_under(namespace, target);
-    let mut oldest: Option<Arc<LLMScaler>> = None;
+    let mine = (created(scaler), scaler.name_any());
+    let mut oldest: Option<Peer> = None;
     for (uid, name) in filed {
         if scaler.metadata.uid.as_deref() == Some(uid.as_str()) {
             continue;
         }
-        let Some(other) = current(store, namespace, &name, &uid) else {
+        let Some(other) = scalers.current(namespace, &name, &uid) else {
             // Gone (or another incarnation under that name, filed by its own sync).
             lock().unfile(&uid);
             continue;
         };
-        if !target.is(&other.spec.target_ref) {
+        if other.target != *target {
             // It names another target now: filed there.
-            lock().file(&other);
+            lock().file_peer(namespace, &other);
             continue;
         }
-        if super::annotations::is_dry_run(&other) || !precedes(&other, scaler) {
+        if other.dry_run || !precedes(other.order(), (mine.0, &mine.1)) {
             continue;
         }
-        if oldest.as_ref().is_none_or(|o| precedes(&other, o)) {
+        if oldest
+            .as_ref()
+            .is_none_or(|o| precedes(other.order(), o.order()))
+        {
             oldest = Some(other);
         }
     }
     oldest
 }
 
-/// The scaler `namespace/name` as the cache holds it now, if it is still the incarnation `uid`.
-fn current(
-    store: &Store<LLMScaler>,
-    namespace: &str,
-    name: &str,
-    uid: &str,
-) -> Option<Arc<LLMScaler>> {
-    store
-        .get(&ObjectRef::new(name).within(namespace))
-        .filter(|s| s.metadata.uid.as_deref() == Some(uid))
+impl Peer {
+    /// What [`precedes`] compares.
+    fn order(&self) -> (Option<Timestamp>, &str) {
+        (self.created, &self.name)
+    }
 }
 
 /// Whether KEDA's API is served, as last discovered.
@@ -471,8 +552,9 @@ pub struct Conflicts {
     supervisor: Supervisor,
     hpas: tokio::sync::OnceCell<Arc<Indexed>>,
     keda: tokio::sync::Mutex<Keda>,
-    /// The controller's own cache of LLMScalers, set once it exists.
-    scalers: OnceLock<Store<LLMScaler>>,
+    /// The controller's own cache of LLMScalers (and what is kept of another shard's), set once
+    /// it exists.
+    scalers: OnceLock<Scalers>,
     index: Mutex<ScalerIndex>,
 }
 
@@ -489,10 +571,10 @@ impl Conflicts {
         }
     }
 
-    /// Hands over the controller's cache of LLMScalers.
-    pub fn set_scalers(&self, store: Store<LLMScaler>) {
+    /// Hands over the controller's cache of LLMScalers, and what is kept of another shard's.
+    pub fn set_scalers(&self, scalers: Scalers) {
         // Set once per controller; a second call would be the same store.
-        let _ = self.scalers.set(store);
+        let _ = self.scalers.set(scalers);
     }
 
     fn index(&self) -> std::sync::MutexGuard<'_, ScalerIndex> {
@@ -507,13 +589,18 @@ impl Conflicts {
         self.index().register(self.scalers.get(), scaler);
     }
 
-    /// Files every cached scaler, once a list of them has ended. With shards, the scalers of
-    /// another replica never sync here: this, and each change the watch brings of them (see
-    /// [`Self::register`]), is how they are filed.
+    /// Files every scaler, once a list of them has ended. With shards, the scalers of another
+    /// replica never sync here: this, and each change the watch brings of them (see
+    /// [`Self::file_peer`]), is how they are filed.
     pub fn file_cached(&self) {
-        if let Some(store) = self.scalers.get() {
-            self.index().file_all(store);
+        if let Some(scalers) = self.scalers.get() {
+            self.index().file_all(scalers);
         }
+    }
+
+    /// Files a scaler of `namespace` another replica leads, as the watch brings it.
+    pub fn file_peer(&self, namespace: &str, peer: &Peer) {
+        self.index().file_peer(namespace, peer);
     }
 
     fn older_scaler(
@@ -521,7 +608,7 @@ impl Conflicts {
         scaler: &LLMScaler,
         namespace: &str,
         target: &TargetKey,
-    ) -> Option<Arc<LLMScaler>> {
+    ) -> Option<Peer> {
         older_scaler(&self.index, self.scalers.get()?, scaler, namespace, target)
     }
 
@@ -563,7 +650,7 @@ impl Conflicts {
         let older = self.older_scaler(scaler, namespace, &target);
         Ok(older.map(|other| Conflict {
             kind: "LLMScaler",
-            name: other.name_any(),
+            name: other.name,
         }))
     }
 
@@ -629,12 +716,12 @@ fn keda_owner(hpa: &str) -> String {
     hpa.strip_prefix("keda-hpa-").unwrap_or(hpa).to_owned()
 }
 
-/// Whether `a` came before `b`: created earlier, or at the same second with a smaller name.
-fn precedes(a: &LLMScaler, b: &LLMScaler) -> bool {
-    let created = |s: &LLMScaler| s.meta().creation_timestamp.as_ref().map(|t| t.0);
-    match (created(a), created(b)) {
+/// Whether `a` came before `b` (creation time, name): created earlier, or at the same second
+/// with a smaller name.
+fn precedes(a: (Option<Timestamp>, &str), b: (Option<Timestamp>, &str)) -> bool {
+    match (a.0, b.0) {
         (Some(x), Some(y)) if x != y => x < y,
-        _ => a.name_any() < b.name_any(),
+        _ => a.1 < b.1,
     }
 }
 
@@ -699,6 +786,8 @@ mod tests {
         beta: bool,
         created: u8,
         dry_run: bool,
+        /// Led by another replica: kept as a peer, never in the cache, never synced here.
+        elsewhere: bool,
     }
 
     fn spec() -> impl Strategy<Value = Spec> {
@@ -710,9 +799,10 @@ mod tests {
             any::<bool>(),
             0u8..3,
             any::<bool>(),
+            any::<bool>(),
         )
             .prop_map(
-                |(namespace, name, kind, target, beta, created, dry_run)| Spec {
+                |(namespace, name, kind, target, beta, created, dry_run, elsewhere)| Spec {
                     namespace,
                     name,
                     uid: 0,
@@ -721,6 +811,7 @@ mod tests {
                     beta,
                     created,
                     dry_run,
+                    elsewhere,
                 },
             )
     }
@@ -754,39 +845,75 @@ mod tests {
         .unwrap()
     }
 
-    /// What the conflict check answered before the index: any other non-dry-run scaler of the
-    /// cache on the same target that came first.
-    fn scanned(store: &Store<LLMScaler>, scaler: &LLMScaler) -> Vec<String> {
+    /// What the conflict check answered before the index: any other non-dry-run scaler on the
+    /// same target that came first, among every scaler, cached or kept as a peer.
+    fn scanned(live: &[Spec], scaler: &LLMScaler) -> Vec<String> {
         let namespace = scaler.namespace().unwrap();
-        let target = TargetKey::of(&scaler.spec.target_ref);
-        let mut found: Vec<String> = store
-            .state()
+        let me = Peer::of(scaler);
+        let mut found: Vec<String> = live
             .iter()
-            .filter(|other| {
-                other.namespace().as_deref() == Some(namespace.as_str())
-                    && other.uid() != scaler.uid()
-                    && TargetKey::of(&other.spec.target_ref) == target
-                    && !super::super::annotations::is_dry_run(other)
-                    && precedes(other, scaler)
+            .map(|s| (format!("ns{}", s.namespace), Peer::of(&scaler_of(s))))
+            .filter(|(ns, other)| {
+                *ns == namespace
+                    && other.uid != me.uid
+                    && other.target == me.target
+                    && !other.dry_run
+                    && precedes(other.order(), me.order())
             })
-            .map(|other| other.name_any())
+            .map(|(_, other)| other.name)
             .collect();
         found.sort();
         found
+    }
+
+    /// The fleet as the watch brings it: a scaler led here to the cache, another replica's kept
+    /// as a peer and filed (as `shards::kept_elsewhere` does).
+    struct Watched {
+        writer: Writer<LLMScaler>,
+        scalers: Scalers,
+    }
+
+    impl Watched {
+        fn apply(&mut self, index: &Mutex<ScalerIndex>, s: &Spec) {
+            let scaler = scaler_of(s);
+            let namespace = format!("ns{}", s.namespace);
+            if s.elsewhere {
+                self.writer
+                    .apply_watcher_event(&watcher::Event::Delete(scaler.clone()));
+                let peer = Peer::of(&scaler);
+                index.lock().unwrap().file_peer(&namespace, &peer);
+                self.scalers.others.keep(&namespace, peer);
+            } else {
+                self.scalers.others.remove(&namespace, &scaler.name_any());
+                self.writer
+                    .apply_watcher_event(&watcher::Event::Apply(scaler));
+            }
+        }
+
+        fn delete(&mut self, s: &Spec) {
+            let scaler = scaler_of(s);
+            self.scalers
+                .others
+                .remove(&format!("ns{}", s.namespace), &scaler.name_any());
+            self.writer
+                .apply_watcher_event(&watcher::Event::Delete(scaler));
+        }
     }
 
     #[derive(Debug, Clone)]
     enum Change {
         /// Deleted: no sync of it follows.
         Delete(usize),
-        /// Its spec names another target (a sync follows at once).
+        /// Its spec names another target (a sync follows at once, if it is led here).
         Retarget(usize, u8, u8),
         /// An annotation only (no sync follows).
         ToggleDryRun(usize),
-        /// A new scaler (a sync follows at once).
+        /// A new scaler (a sync follows at once, if it is led here).
         Create(Spec),
-        /// Deleted and created again under its name, a new uid (a sync follows).
+        /// Deleted and created again under its name, a new uid (a sync follows, if led here).
         Recreate(usize),
+        /// Its shard moves to or from another replica (no sync follows).
+        Move(usize),
     }
 
     fn change() -> impl Strategy<Value = Change> {
@@ -796,20 +923,23 @@ mod tests {
             (0usize..32).prop_map(Change::ToggleDryRun),
             spec().prop_map(Change::Create),
             (0usize..32).prop_map(Change::Recreate),
+            (0usize..32).prop_map(Change::Move),
         ]
     }
 
     proptest! {
-        /// The index finds a conflict exactly when the scan of the whole cache did, names one
-        /// the scan found, and the oldest of them: after a start (filed from the cache) and
-        /// after creations, deletions, retargets and annotation changes of which only the ones
-        /// that trigger a sync are registered.
+        /// The index finds a conflict exactly when the scan of every scaler did, names one the
+        /// scan found, and the oldest of them: after a start (filed from the cache and what is
+        /// kept of another replica's scalers) and after creations, deletions, retargets,
+        /// annotation changes and shards moving, of which only the syncs of the scalers led
+        /// here and the watch's news of another replica's are registered.
         #[test]
         fn the_scaler_index_answers_as_the_scan_did(
             fleet in proptest::collection::vec(spec(), 0..16),
             changes in proptest::collection::vec(change(), 0..24),
         ) {
             let mut writer: Writer<LLMScaler> = Writer::default();
+            let others = Arc::new(super::super::shards::Others::new(&crate::leader::Leadership::always()));
             writer.apply_watcher_event(&watcher::Event::Init);
             // One object per namespace/name: a later one of the fleet replaces an earlier.
             let mut live: Vec<Spec> = Vec::new();
@@ -818,19 +948,26 @@ mod tests {
                 live.push(s);
             }
             for s in &live {
-                writer.apply_watcher_event(&watcher::Event::InitApply(scaler_of(s)));
+                let scaler = scaler_of(s);
+                if s.elsewhere {
+                    others.keep(&format!("ns{}", s.namespace), Peer::of(&scaler));
+                } else {
+                    writer.apply_watcher_event(&watcher::Event::InitApply(scaler));
+                }
             }
             writer.apply_watcher_event(&watcher::Event::InitDone);
-            let store = writer.as_reader();
+            let scalers = Scalers { cache: writer.as_reader(), others };
+            let mut watched = Watched { writer, scalers: scalers.clone() };
             let index = Mutex::new(ScalerIndex::default());
+            // As at the end of every list (`Conflicts::file_cached`).
+            index.lock().unwrap().file_all(&scalers);
             let mut next_uid = 1;
             for change in changes {
                 let pick = |i: usize| (!live.is_empty()).then(|| i % live.len());
                 let synced = match change {
                     Change::Delete(i) => {
                         if let Some(i) = pick(i) {
-                            let gone = live.remove(i);
-                            writer.apply_watcher_event(&watcher::Event::Delete(scaler_of(&gone)));
+                            watched.delete(&live.remove(i));
                         }
                         None
                     }
@@ -842,7 +979,7 @@ mod tests {
                     Change::ToggleDryRun(i) => {
                         if let Some(i) = pick(i) {
                             live[i].dry_run = !live[i].dry_run;
-                            writer.apply_watcher_event(&watcher::Event::Apply(scaler_of(&live[i])));
+                            watched.apply(&index, &live[i]);
                         }
                         None
                     }
@@ -850,49 +987,61 @@ mod tests {
                         s.uid = next_uid;
                         next_uid += 1;
                         if let Some(old) = live.iter().position(|l| (l.namespace, l.name) == (s.namespace, s.name)) {
-                            let gone = live.remove(old);
-                            writer.apply_watcher_event(&watcher::Event::Delete(scaler_of(&gone)));
+                            watched.delete(&live.remove(old));
                         }
                         live.push(s.clone());
                         Some(s)
                     }
                     Change::Recreate(i) => pick(i).map(|i| {
-                        writer.apply_watcher_event(&watcher::Event::Delete(scaler_of(&live[i])));
+                        watched.delete(&live[i]);
                         live[i].uid = next_uid;
                         next_uid += 1;
                         live[i].clone()
                     }),
+                    Change::Move(i) => {
+                        if let Some(i) = pick(i) {
+                            live[i].elsewhere = !live[i].elsewhere;
+                            watched.apply(&index, &live[i]);
+                        }
+                        None
+                    }
                 };
                 if let Some(s) = synced {
-                    let scaler = scaler_of(&s);
-                    writer.apply_watcher_event(&watcher::Event::Apply(scaler.clone()));
-                    index.lock().unwrap().register(Some(&store), &scaler);
+                    watched.apply(&index, &s);
+                    if !s.elsewhere {
+                        index.lock().unwrap().register(Some(&scalers), &scaler_of(&s));
+                    }
                 }
             }
-            // Every scaler syncs now, and registers first.
-            for s in &live {
+            // Every scaler led here syncs now, and registers first.
+            for s in live.iter().filter(|s| !s.elsewhere) {
                 let scaler = scaler_of(s);
-                index.lock().unwrap().register(Some(&store), &scaler);
+                index.lock().unwrap().register(Some(&scalers), &scaler);
                 let namespace = scaler.namespace().unwrap();
                 let target = TargetKey::of(&scaler.spec.target_ref);
-                let found = older_scaler(&index, &store, &scaler, &namespace, &target)
-                    .map(|o| o.name_any());
-                let expected = scanned(&store, &scaler);
+                let found = older_scaler(&index, &scalers, &scaler, &namespace, &target)
+                    .map(|o| o.name);
+                let expected = scanned(&live, &scaler);
                 match &found {
                     None => prop_assert!(expected.is_empty(), "{}: missed {expected:?}", scaler.name_any()),
                     Some(name) => {
                         prop_assert!(expected.contains(name), "{}: {name} not in {expected:?}", scaler.name_any());
-                        let winner = store.state().into_iter().find(|o| o.name_any() == *name && o.namespace() == scaler.namespace()).unwrap();
-                        for other in store.state().iter().filter(|o| expected.contains(&o.name_any()) && o.namespace() == scaler.namespace()) {
-                            prop_assert!(!precedes(other, &winner), "{} came before {name}", other.name_any());
+                        let peers: Vec<Peer> = live
+                            .iter()
+                            .filter(|o| o.namespace == s.namespace)
+                            .map(|o| Peer::of(&scaler_of(o)))
+                            .collect();
+                        let winner = peers.iter().find(|p| p.name == *name).unwrap();
+                        for other in peers.iter().filter(|p| expected.contains(&p.name)) {
+                            prop_assert!(!precedes(other.order(), winner.order()), "{} came before {name}", other.name);
                         }
                     }
                 }
             }
-            // Nothing filed that the cache does not hold.
+            // Nothing filed that is not cached or kept.
             let mut swept = index.lock().unwrap();
-            swept.sweep(&store);
-            prop_assert_eq!(swept.filed.len(), store.len());
+            swept.sweep(&scalers);
+            prop_assert_eq!(swept.filed.len(), scalers.cache.len() + scalers.others.uids().len());
         }
 
         /// The HPA (ScaledObject) index follows its watch's events, a relist included, and finds

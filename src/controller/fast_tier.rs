@@ -1751,10 +1751,17 @@ async fn another_shards_scaler_is_served_from_its_status_and_never_looked_at_aga
     let (tx, leadership) = Leadership::published(states);
     let h = Harness::new(FakeApi::default().with_deployment("vllm", 2), leadership);
 
-    // As the watch brings it: served at once, and only a stand-in kept for the store.
-    let mut kept: LLMScaler = serde_json::from_value(scaler.clone()).expect("a valid scaler");
-    super::shards::watched(&h.ctx, &mut kept);
-    assert!(super::shards::is_stand_in(&kept) && kept.status.is_none());
+    // As the watch brings it: served at once, kept only as what the conflict checks read, and
+    // kept out of the controller's cache.
+    let object: LLMScaler = serde_json::from_value(scaler.clone()).expect("a valid scaler");
+    // Looked at here before (its generation seen).
+    assert!(h.ctx.generations.changed(&object) && !h.ctx.generations.changed(&object));
+    assert!(super::shards::kept_elsewhere(&h.ctx, &object));
+    let namespace = kube::ResourceExt::namespace(&object).expect("a namespace");
+    assert_eq!(
+        h.ctx.others.get(&namespace, "s"),
+        Some(super::conflicts::Peer::of(&object))
+    );
     let served = h.cached("s").expect("served from its status");
     assert_eq!(
         (served.desired_replicas, served.metrics[0].value),
@@ -1762,17 +1769,18 @@ async fn another_shards_scaler_is_served_from_its_status_and_never_looked_at_aga
     );
     assert!(served.vouched.as_ref().is_some_and(|v| v.holds()));
 
-    // Looked at (the stand-in, or the whole object kept from before its shard was lost): no
-    // query, no write, and no look on a period.
-    let kept = serde_json::to_value(&kept).expect("a scaler serializes");
-    for object in [&kept, &scaler] {
-        assert_eq!(h.sync(object).await, Action::await_change());
-    }
+    // The whole object the cache holds from before its shard was lost, looked at: no query, no
+    // write, and no look on a period.
+    assert_eq!(h.sync(&scaler).await, Action::await_change());
     assert_eq!(queries.load(Ordering::SeqCst), 0, "no query");
     assert!(h.api.writes().is_empty(), "{:?}", h.api.writes());
     assert_eq!(h.cached("s"), Some(served));
 
-    // Its shard won here: looked at on a period again.
+    // Its shard won here: the list that asks for brings it to the cache as new (its generation
+    // was forgotten), and it is looked at on a period again.
     tx.send_replace(vec![ours, ours]);
+    assert!(!super::shards::kept_elsewhere(&h.ctx, &object));
+    assert_eq!(h.ctx.others.get(&namespace, "s"), None);
+    assert!(h.ctx.generations.changed(&object));
     assert_ne!(h.sync(&scaler).await, Action::await_change());
 }

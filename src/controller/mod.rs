@@ -8,6 +8,7 @@ pub mod event_writer;
 pub mod events;
 #[cfg(test)]
 mod fast_tier;
+mod generations;
 pub mod headers;
 mod list_triggers;
 mod memory;
@@ -32,7 +33,7 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::{Controller, WatchStreamExt, predicates, reflector, watcher};
+use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
 use kube::{Api, Client, ResourceExt};
 
 use crate::api::LLMScaler;
@@ -58,8 +59,10 @@ pub struct Context {
     /// Only the leader writes; the others evaluate and keep the metric cache current. With
     /// shards, only the leader of a scaler's shard evaluates and writes it.
     pub leadership: crate::leader::Leadership,
-    /// Scalers of shards another replica leads, as last seen.
-    standing_by: shards::StandingBy,
+    /// What is kept of the scalers of shards another replica leads.
+    others: Arc<shards::Others>,
+    /// The generation of each scaler last looked at (a change asks for a look).
+    generations: generations::Generations,
     /// Lists the scalers afresh, for the whole objects of a shard this replica leads now.
     relist: relist::Relist,
     /// The namespace this controller watches (`None`: every namespace).
@@ -104,7 +107,8 @@ impl Context {
             http: shared.http,
             cache: shared.cache,
             metrics: shared.metrics,
-            standing_by: shards::StandingBy::new(&shared.leadership),
+            others: Arc::new(shards::Others::new(&shared.leadership)),
+            generations: Default::default(),
             leadership: shared.leadership,
             allowed: shared.allowed,
             secrets: Default::default(),
@@ -214,67 +218,63 @@ async fn run_one(
     let ctx = Arc::new(Context::new(client, namespace, shared, supervisor.clone()));
 
     let (reader, writer) = reflector::store();
-    ctx.conflicts.set_scalers(reader.clone());
-    let forget = ctx.clone();
+    ctx.conflicts.set_scalers(conflicts::Scalers {
+        cache: reader.clone(),
+        others: ctx.others.clone(),
+    });
+    let sorting = ctx.clone();
+    let after_list = ctx.clone();
     let listed = reader.clone();
-    let served = ctx.clone();
+    let looks = ctx.clone();
     let (list_triggers, listed_looks) = list_triggers::ListTriggers::new();
     let list_marks = Arc::new(list_triggers);
     let list_holds = list_marks.clone();
-    let leadership = ctx.leadership.clone();
-    // With shards, the scalers of a shard won are looked at again (nothing else would).
-    let taken_over = leadership
-        .sharded()
-        .then(|| shards::taken_over(&leadership, reader.clone(), ctx.relist.clone()));
+    // With shards, the scalers of a shard won are listed again (nothing else would bring them).
+    if ctx.leadership.sharded() {
+        supervisor.spawn_service(
+            "shard takeovers",
+            shards::relist_on_gains(
+                ctx.leadership.shard_gains(),
+                ctx.relist.clone(),
+                shutdown.clone(),
+            ),
+        );
+    }
     let events = relist::scaler_events(
         scalers,
         watcher::Config::default().any_semantic(),
         &ctx.relist,
-    );
-    let stream = reflector::reflector(
-        writer,
-        events.modify(move |s| {
-            // Never read; on a big fleet a large share of each cached scaler.
-            s.managed_fields_mut().clear();
-            s.annotations_mut().remove(target_watches::LAST_APPLIED);
-            // With shards: what another replica leads is served from its status, and kept only
-            // as a stand-in.
-            shards::watched(&served, s);
-        }),
     )
-    .inspect(move |event| match event {
-        Ok(watcher::Event::Delete(scaler)) => forget_scaler(&forget, scaler),
-        Ok(event @ watcher::Event::Init) => list_marks.event(event),
-        Ok(event @ watcher::Event::InitDone) => {
-            // The store holds the list's objects now: the looks held during it go.
-            list_marks.event(event);
-            // A scaler deleted while a list ran (or the watch was down) leaves the store at the
-            // end of the list without a Delete event.
-            forget_vanished(&forget, &listed);
-            // The conflict checks find every listed scaler, another replica's too (those never
-            // sync here).
-            forget.conflicts.file_cached();
-        }
-        Ok(watcher::Event::Apply(scaler)) if shards::is_stand_in(scaler) => {
-            forget.conflicts.register(scaler);
-        }
-        _ => {}
+    .modify(|s| {
+        // Never read; on a big fleet a large share of each cached scaler.
+        s.managed_fields_mut().clear();
+        s.annotations_mut().remove(target_watches::LAST_APPLIED);
     })
-    .applied_objects()
-    // Another replica's scaler needs no look when it changes (see shards::elsewhere), and so no
-    // place in the generation cache below.
-    .try_filter(|scaler| std::future::ready(!shards::is_stand_in(scaler)))
-    // Our own status writes do not change the generation, so they do not trigger a sync.
-    .predicate_filter(predicates::generation, Default::default())
-    // During a list, looks wait for its end (see list_triggers).
-    .try_filter(move |scaler| std::future::ready(list_holds.now(scaler)));
+    .try_filter_map(move |event| std::future::ready(Ok(sort(&sorting, event))));
+    let stream = reflector::reflector(writer, events)
+        .inspect(move |event| match event {
+            Ok(event @ watcher::Event::Init) => list_marks.event(event),
+            Ok(event @ watcher::Event::InitDone) => {
+                // The store holds the list's objects now: the looks held during it go.
+                list_marks.event(event);
+                // A scaler deleted while a list ran (or the watch was down) leaves the store at
+                // the end of the list without a Delete event.
+                forget_vanished(&after_list, &listed);
+                // The conflict checks find every listed scaler, another replica's too (those
+                // never sync here).
+                after_list.conflicts.file_cached();
+            }
+            _ => {}
+        })
+        .applied_objects()
+        // Our own status writes do not change the generation, so they do not trigger a sync.
+        .try_filter(move |scaler| std::future::ready(looks.generations.changed(scaler)))
+        // During a list, looks wait for its end (see list_triggers).
+        .try_filter(move |scaler| std::future::ready(list_holds.now(scaler)));
 
     let stopping = shutdown.clone();
-    let mut controller = Controller::for_stream(stream, reader).reconcile_on(listed_looks);
-    if let Some(taken_over) = taken_over {
-        controller = controller.reconcile_on(taken_over);
-    }
-    let controller = controller
+    let controller = Controller::for_stream(stream, reader)
+        .reconcile_on(listed_looks)
         .graceful_shutdown_on(async move { stopping.cancelled().await })
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|result| async move {
@@ -299,6 +299,31 @@ async fn run_one(
 /// How long syncs in flight may take to finish once shutdown is asked for.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
+/// What the controller's cache is to see of an event of the scalers' watch. With shards, a
+/// scaler another replica leads is served from its status and kept only as what the conflict
+/// checks read of it (see `shards`): the cache never holds it, and a whole copy it holds from
+/// before the shard was lost goes. A deletion is forgotten here, whichever replica led it.
+fn sort(ctx: &Arc<Context>, event: watcher::Event<LLMScaler>) -> Option<watcher::Event<LLMScaler>> {
+    use watcher::Event;
+    match event {
+        Event::Apply(scaler) if shards::kept_elsewhere(ctx, &scaler) => Some(Event::Delete(scaler)),
+        Event::InitApply(scaler) if shards::kept_elsewhere(ctx, &scaler) => None,
+        Event::Delete(scaler) => {
+            forget_scaler(ctx, &scaler);
+            Some(Event::Delete(scaler))
+        }
+        Event::Init => {
+            ctx.others.list_started();
+            Some(Event::Init)
+        }
+        Event::InitDone => {
+            ctx.others.list_ended();
+            Some(Event::InitDone)
+        }
+        event => Some(event),
+    }
+}
+
 fn forget_scaler(ctx: &Arc<Context>, scaler: &LLMScaler) {
     let namespace = scaler.namespace().unwrap_or_default();
     let name = scaler.name_any();
@@ -311,7 +336,8 @@ fn forget_scaler(ctx: &Arc<Context>, scaler: &LLMScaler) {
     // Deletion-cost marks of a scale-down that never happened would steer the next scale-down of
     // whoever scales the target now; the leader takes them away.
     let uid = scaler.uid().unwrap_or_default();
-    ctx.standing_by.end(&uid);
+    ctx.others.remove(&namespace, &name);
+    ctx.generations.forget(&uid);
     let guard = ctx
         .leadership
         .write_guard(&uid)
@@ -332,14 +358,16 @@ fn forget_scaler(ctx: &Arc<Context>, scaler: &LLMScaler) {
 }
 
 /// After a list: forgets what this replica kept of every scaler of its watch the store no longer
-/// holds (deleted while the list ran, so told by no Delete event). Its deletion-cost marks, if
-/// any, are left for the next scale-down of the target, which replaces them.
+/// holds (deleted while the list ran, so told by no Delete event), and of none another replica
+/// leads. Its deletion-cost marks, if any, are left for the next scale-down of the target, which
+/// replaces them.
 fn forget_vanished(ctx: &Context, store: &reflector::Store<LLMScaler>) {
     let held = store.state();
     let uids: std::collections::HashSet<&str> = held
         .iter()
         .filter_map(|s| s.metadata.uid.as_deref())
         .collect();
+    let others = ctx.others.uids();
     let named: std::collections::HashSet<(&str, &str)> = held
         .iter()
         .filter_map(|s| {
@@ -351,12 +379,15 @@ fn forget_vanished(ctx: &Context, store: &reflector::Store<LLMScaler>) {
         .collect();
     // The metric cache and the series are shared by the watches of every namespace.
     let ours = |namespace: &str| ctx.namespace.as_deref().is_none_or(|n| n == namespace);
-    ctx.cache
-        .retain(|key, snapshot| !ours(&key.namespace) || uids.contains(snapshot.uid.as_str()));
+    ctx.cache.retain(|key, snapshot| {
+        !ours(&key.namespace)
+            || uids.contains(snapshot.uid.as_str())
+            || others.contains(snapshot.uid.as_str())
+    });
     ctx.metrics
         .retain_scalers(|namespace, name| !ours(namespace) || named.contains(&(namespace, name)));
     ctx.memory.retain(|uid| uids.contains(uid));
-    ctx.standing_by.retain(|uid| uids.contains(uid));
+    ctx.generations.retain(|uid| uids.contains(uid));
 }
 
 /// Upper bound on any single start-up call to the API server.

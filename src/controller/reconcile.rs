@@ -87,16 +87,10 @@ async fn sync(scaler: Arc<LLMScaler>, ctx: Arc<Context>) -> Result<Action, Recon
     let uid = scaler.uid().unwrap_or_default();
     // Taken whatever this sync does: only a sync requeued below has an instant it was due at.
     let due = ctx.memory.take_due(&uid);
-    // With shards: another replica's scaler costs no query here, and no look until its shard
-    // is taken over.
+    // With shards: a scaler whose shard another replica has taken costs no query here, and no
+    // look until its shard is won again.
     if super::shards::elsewhere(&scaler, &ctx) {
         return Ok(Action::await_change());
-    }
-    if super::shards::is_stand_in(&scaler) {
-        // Led here now, but the cache holds only what it kept while another replica led it:
-        // the whole object comes with the next list of the scalers.
-        ctx.relist.want();
-        return Ok(Action::requeue(STAND_IN_WAIT));
     }
     if let Some(wait) = wait_for_own_slot(&scaler, &ctx) {
         return Ok(requeue(&ctx, &uid, wait));
@@ -145,9 +139,6 @@ async fn evaluate(
         Err(_) => scaler.spec.retry_period_seconds,
     })
 }
-
-/// How soon a scaler found as a stand-in is looked at again: a list of the scalers takes seconds.
-const STAND_IN_WAIT: Duration = Duration::from_secs(1);
 
 /// Requeues a sync `wait` from now, remembering when it is due.
 fn requeue(ctx: &Context, uid: &str, wait: Duration) -> Action {

@@ -1,13 +1,14 @@
-//! The scalers' watch, listed afresh when asked. With shards, a replica keeps only a stand-in of
-//! each scaler another replica leads (`shards::stand_in`); when it comes to lead their shard, the
-//! whole objects are read back by listing again, which the reflector swaps into its store at the
-//! end of the list, as after any watch that had to start over.
+//! The scalers' watch, listed afresh when asked. With shards, a replica keeps only what the
+//! conflict checks read of each scaler another replica leads (`shards::Others`), never the
+//! object; when it comes to lead their shard, the whole objects are read back by listing again,
+//! which the reflector swaps into its store at the end of the list, as after any watch that had
+//! to start over.
 //!
-//! Asked for when a shard is won (as the campaign publishes it) and by any sync that finds a
-//! stand-in of a scaler it now evaluates (the look a won shard brings can come before the list
-//! it asked for has ended), so a stand-in never stays in the way. What the list brings is looked
-//! at once it has ended (see `list_triggers`). Lists are spaced and never cut short: the next
-//! starts once the last has ended and at least five seconds after it started.
+//! Asked for when a shard is won (as the campaign publishes it, `shards::relist_on_gains`), and
+//! by a sync that finds its scaler led by another replica now (the list then trades the whole
+//! object its cache holds for what is kept of another's). What the list brings is looked at once
+//! it has ended (see `list_triggers`). Lists are spaced and never cut short: the next starts once
+//! the last has ended and at least five seconds after it started.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

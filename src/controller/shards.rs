@@ -1,8 +1,9 @@
 //! Scalers of shards another replica leads (`--shards` above 1): this replica neither queries
-//! their signal nor writes them, and does not look at them on a period or when they change. It
-//! serves their values on the external metrics API from their status, which the leader of their
-//! shard writes whenever a value changes (taken as the watch brings it, see [`watched`]), and
-//! looks at them again when it comes to lead their shard (see [`taken_over`]).
+//! their signal nor writes them, never looks at them, and keeps only what the conflict checks of
+//! its own scalers read of them ([`Others`]). It serves their values on the external metrics API
+//! from their status, which the leader of their shard writes whenever a value changes (taken as
+//! the watch brings it, see [`kept_elsewhere`]), and looks at them again when it comes to lead
+//! their shard: the win asks for a new list of the scalers (see [`relist_on_gains`]).
 //!
 //! What is served so is at most one status write behind the leader (plus the watch's delay): an
 //! unchanged value is not rewritten, so while the shard's leader renews its Lease the value is
@@ -10,128 +11,195 @@
 //! `measuredAt` and the API stops serving it three periods later, unless a new leader has synced
 //! the scaler by then (within a lease and one period).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use futures::{Stream, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::runtime::reflector::{ObjectRef, Store};
+use tokio_util::sync::CancellationToken;
 
 use super::Context;
+use super::conflicts::Peer;
 use crate::api::LLMScaler;
-use crate::leader::Leadership;
+use crate::leader::{Leadership, ShardGains};
 use crate::metric_cache::{CachedMetric, ScalerKey, ScalerSnapshot, Vouch};
 
-/// The scalers (by uid) this replica last found led by another, so that what it knew of each is
-/// dropped once, when it stops leading it.
-pub struct StandingBy {
-    uids: Mutex<HashSet<String>>,
+/// What this replica keeps of the scalers another replica leads: what the conflict checks of its
+/// own scalers read of them (a [`Peer`]), never the object. A scaler's spec and status are most
+/// of its memory, and every replica of a sharded fleet watches every scaler.
+pub struct Others {
+    kept: Mutex<Kept>,
     /// Whether another replica holds a shard now: what vouches for the values served from a
     /// status (one for every scaler).
     held: Arc<dyn Fn(u32) -> bool + Send + Sync>,
 }
 
-impl StandingBy {
+#[derive(Default)]
+struct Kept {
+    /// namespace → name → what is kept, and the list that last brought it.
+    peers: HashMap<String, HashMap<String, (Peer, u64)>>,
+    /// The list of the scalers running now or last (counted from 1).
+    list: u64,
+}
+
+impl Others {
     pub(super) fn new(leadership: &Leadership) -> Self {
         let leadership = leadership.clone();
         Self {
-            uids: Mutex::default(),
+            kept: Mutex::default(),
             held: Arc::new(move |shard| leadership.held_elsewhere(shard)),
         }
     }
 
-    /// True when `uid` was not standing by before.
-    fn begin(&self, uid: &str) -> bool {
-        let mut set = self.uids.lock().unwrap_or_else(PoisonError::into_inner);
-        if set.contains(uid) {
-            return false;
+    fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
+        self.kept.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Keeps `peer` of `namespace`; true when that incarnation was not kept before.
+    pub(super) fn keep(&self, namespace: &str, peer: Peer) -> bool {
+        let mut kept = self.lock();
+        let list = kept.list;
+        let names = match kept.peers.get_mut(namespace) {
+            Some(names) => names,
+            None => kept.peers.entry(namespace.to_owned()).or_default(),
+        };
+        match names.get_mut(&peer.name) {
+            Some(entry) => {
+                let new = entry.0.uid != peer.uid;
+                *entry = (peer, list);
+                new
+            }
+            None => {
+                names.insert(peer.name.clone(), (peer, list));
+                true
+            }
         }
-        set.insert(uid.to_owned())
     }
 
-    /// Keeps only the uids `keep` says to.
-    pub(super) fn retain(&self, keep: impl Fn(&str) -> bool) {
-        let mut set = self.uids.lock().unwrap_or_else(PoisonError::into_inner);
-        set.retain(|uid| keep(uid));
+    /// `namespace/name` is kept no longer (deleted, or led here now).
+    pub(super) fn remove(&self, namespace: &str, name: &str) {
+        let mut kept = self.lock();
+        if let Some(names) = kept.peers.get_mut(namespace) {
+            names.remove(name);
+            if names.is_empty() {
+                kept.peers.remove(namespace);
+            }
+        }
     }
 
-    /// `uid` stands by no longer.
-    pub(super) fn end(&self, uid: &str) {
-        let mut set = self.uids.lock().unwrap_or_else(PoisonError::into_inner);
-        set.remove(uid);
+    pub(super) fn get(&self, namespace: &str, name: &str) -> Option<Peer> {
+        let kept = self.lock();
+        Some(kept.peers.get(namespace)?.get(name)?.0.clone())
+    }
+
+    /// `f(namespace, peer)` for every scaler kept.
+    pub(super) fn each(&self, mut f: impl FnMut(&str, &Peer)) {
+        let kept = self.lock();
+        for (namespace, names) in &kept.peers {
+            for (peer, _) in names.values() {
+                f(namespace, peer);
+            }
+        }
+    }
+
+    /// The uids kept.
+    pub(super) fn uids(&self) -> HashSet<String> {
+        let mut uids = HashSet::new();
+        self.each(|_, peer| {
+            uids.insert(peer.uid.clone());
+        });
+        uids
+    }
+
+    /// A list of the scalers starts: what it does not bring again is gone when it ends.
+    pub(super) fn list_started(&self) {
+        let mut kept = self.lock();
+        kept.list += 1;
+    }
+
+    /// The list has ended: drops the scalers it did not bring (deleted while nothing watched).
+    pub(super) fn list_ended(&self) {
+        let mut kept = self.lock();
+        let list = kept.list;
+        kept.peers.retain(|_, names| {
+            names.retain(|_, (_, seen)| *seen == list);
+            !names.is_empty()
+        });
     }
 }
 
-/// For a scaler this replica does not evaluate (at its first look since its shard was lost): its
-/// values served from its status, and true, as nothing more is done with it until its shard is
-/// taken over. False: this replica evaluates it.
-pub(super) fn elsewhere(scaler: &LLMScaler, ctx: &Context) -> bool {
+/// For a scaler as the watch brings it: true when another replica leads it; its values are then
+/// served from its status and only a [`Peer`] of it is kept (the controller's cache is not to
+/// hold it, and it is never looked at here). False: this replica evaluates it.
+pub(super) fn kept_elsewhere(ctx: &Context, scaler: &LLMScaler) -> bool {
     if !ctx.leadership.sharded() {
         return false;
     }
-    let uid = scaler.uid().unwrap_or_default();
-    if ctx.leadership.evaluates(&uid) {
-        // Taken over: what it remembered was dropped when it began standing by, so it is a
-        // scaler first seen, and waits for its own slot as after a restart (a shard's scalers
-        // spread over the period, not all at the takeover).
-        ctx.standing_by.end(&uid);
+    let namespace = scaler.namespace().unwrap_or_default();
+    if ctx.leadership.evaluates(&scaler.uid().unwrap_or_default()) {
+        ctx.others.remove(&namespace, &scaler.name_any());
         return false;
     }
-    if ctx.standing_by.begin(&uid) {
-        // Its leader reports it now: this replica's series of it would go stale, and what it
-        // remembers (told events, demand samples) would be out of date if the shard came back.
-        ctx.metrics
-            .forget(&scaler.namespace().unwrap_or_default(), &scaler.name_any());
-        ctx.memory.forget(&uid);
-        tracing::debug!(
-            scaler = %scaler.name_any(), shard = ctx.leadership.shard_of(&uid),
-            "led by another replica: served from its status"
-        );
-    }
-    // A stand-in's values were served as the watch brought it; an object kept whole was led
-    // here when it came, and is served from its status from now on.
-    if !is_stand_in(scaler) {
-        serve_from_status(ctx, scaler);
+    serve_from_status(ctx, scaler);
+    let peer = Peer::of(scaler);
+    ctx.conflicts.file_peer(&namespace, &peer);
+    if ctx.others.keep(&namespace, peer) {
+        stand_by(ctx, scaler);
     }
     true
 }
 
-/// The scalers of the shards this replica comes to lead, as they are won: each is looked at
-/// once (a stand-in waits for the list it asks for, see [`stand_in`]), as nothing else would
-/// bring back a scaler left standing by.
-pub(super) fn taken_over(
-    leadership: &Leadership,
-    scalers: Store<LLMScaler>,
-    relist: super::relist::Relist,
-) -> impl Stream<Item = ObjectRef<LLMScaler>> + Send + 'static {
-    let gains = leadership.shard_gains();
-    let leadership = leadership.clone();
-    futures::stream::unfold(gains, |mut gains| async move {
-        let won = gains.gained().await?;
-        Some((won, gains))
-    })
-    .flat_map(move |won| {
-        relist.want();
-        let mine: Vec<ObjectRef<LLMScaler>> = scalers
-            .state()
-            .iter()
-            .filter(|s| won.contains(&leadership.shard_of(&s.uid().unwrap_or_default())))
-            .map(|s| ObjectRef::from_obj(&**s))
-            .collect();
-        tracing::debug!(shards = ?won, scalers = mine.len(), "shards taken over");
-        futures::stream::iter(mine)
-    })
+/// For a scaler of the controller's cache, at a sync: true when another replica leads it now
+/// (its shard was lost since the watch brought it); its values are served from its status, and
+/// the scalers are listed again, which keeps only a [`Peer`] of it. Nothing more is done with it
+/// until its shard is won again, when the list that win asks for brings it back as new (see
+/// [`relist_on_gains`]). False: this replica evaluates it.
+pub(super) fn elsewhere(scaler: &LLMScaler, ctx: &Context) -> bool {
+    if !ctx.leadership.sharded() || ctx.leadership.evaluates(&scaler.uid().unwrap_or_default()) {
+        return false;
+    }
+    serve_from_status(ctx, scaler);
+    stand_by(ctx, scaler);
+    ctx.relist.want();
+    true
 }
 
-/// For a scaler another replica leads, as the watch brings it: its values served from its
-/// status, and only a stand-in of it kept. A scaler this replica evaluates is left alone (its
-/// syncs feed the cache).
-pub(super) fn watched(ctx: &Context, scaler: &mut LLMScaler) {
-    if ctx.leadership.sharded() && !ctx.leadership.evaluates(&scaler.uid().unwrap_or_default()) {
-        serve_from_status(ctx, scaler);
-        stand_in(scaler);
+/// Its leader reports it now: this replica's series of it would go stale, what it remembers
+/// (told events, demand samples) would be out of date if the shard came back, and the
+/// generation it last looked at is forgotten so that it is looked at again then.
+fn stand_by(ctx: &Context, scaler: &LLMScaler) {
+    let uid = scaler.uid().unwrap_or_default();
+    ctx.metrics
+        .forget(&scaler.namespace().unwrap_or_default(), &scaler.name_any());
+    ctx.memory.forget(&uid);
+    ctx.generations.forget(&uid);
+    tracing::debug!(
+        scaler = %scaler.name_any(), shard = ctx.leadership.shard_of(&uid),
+        "led by another replica: served from its status"
+    );
+}
+
+/// Asks for the scalers to be listed again each time this replica comes to lead shards: the
+/// list brings the whole objects of their scalers, which are new to the controller's cache and
+/// looked at once it ends (see `list_triggers`). Runs until `shutdown`.
+pub(super) async fn relist_on_gains(
+    mut gains: ShardGains,
+    relist: super::relist::Relist,
+    shutdown: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            won = gains.gained() => match won {
+                Some(won) => {
+                    tracing::debug!(shards = ?won, "shards taken over: listing their scalers");
+                    relist.want();
+                }
+                // Nothing can be won any more.
+                None => return shutdown.cancelled().await,
+            },
+        }
     }
 }
 
@@ -146,7 +214,7 @@ fn serve_from_status(ctx: &Context, scaler: &LLMScaler) {
         shard: ctx
             .leadership
             .shard_of(scaler.metadata.uid.as_deref().unwrap_or_default()),
-        held: ctx.standing_by.held.clone(),
+        held: ctx.others.held.clone(),
     };
     match snapshot(scaler, vouch) {
         Some(snapshot) => ctx.cache.update(key, snapshot),
@@ -189,51 +257,6 @@ fn snapshot(scaler: &LLMScaler, vouch: Vouch) -> Option<ScalerSnapshot> {
         sync_period_seconds: scaler.spec.sync_period_seconds,
         vouched: Some(vouch),
     })
-}
-
-/// Strips a scaler another replica leads down to what the conflict checks of this replica's own
-/// scalers read of it (its target, bounds, creation time and dry-run annotation) and the sync
-/// period; its values are served from its status before (see [`watched`]). A scaler's spec and
-/// status are most of its memory, and a replica of a sharded fleet holds every scaler.
-///
-/// The stand-in is marked by an empty serverAddress, which admission refuses on a real object;
-/// when this replica comes to lead the shard, the whole object is listed again (`relist`).
-pub(super) fn stand_in(scaler: &mut LLMScaler) {
-    let meta = &mut scaler.metadata;
-    let dry_run = meta
-        .annotations
-        .as_mut()
-        .and_then(|a| a.remove_entry(crate::names::DRY_RUN_ANNOTATION));
-    meta.annotations = dry_run.map(|(k, v)| std::iter::once((k, v)).collect());
-    meta.labels = None;
-    meta.owner_references = None;
-    meta.finalizers = None;
-    meta.managed_fields = None;
-    meta.generate_name = None;
-    meta.self_link = None;
-    let spec = &mut scaler.spec;
-    spec.server_address = String::new();
-    spec.custom_provider = None;
-    spec.server_headers = None;
-    spec.server_headers_from = None;
-    spec.server_tls = None;
-    spec.server_auth = None;
-    spec.metrics = None;
-    spec.objective = None;
-    spec.scale_up.policies = Vec::new();
-    spec.scale_up.tolerance = String::new();
-    spec.scale_down.policies = Vec::new();
-    spec.scale_down.tolerance = String::new();
-    spec.startup_seconds = None;
-    spec.scale_to_zero = None;
-    spec.fallback = None;
-    spec.preemption = None;
-    scaler.status = None;
-}
-
-/// Whether this is what [`stand_in`] kept of a scaler.
-pub(super) fn is_stand_in(scaler: &LLMScaler) -> bool {
-    scaler.spec.server_address.is_empty()
 }
 
 #[cfg(test)]
@@ -297,31 +320,47 @@ mod tests {
         assert!(snapshot(&scaler("False"), vouch()).is_none());
     }
 
+    fn peer(name: &str, uid: &str) -> Peer {
+        let mut scaler = scaler("True");
+        scaler.metadata.name = Some(name.to_owned());
+        scaler.metadata.uid = Some(uid.to_owned());
+        Peer::of(&scaler)
+    }
+
     #[test]
-    fn a_stand_in_keeps_what_conflict_checks_read_and_is_told_apart() {
-        let whole = scaler("True");
-        let mut kept = whole.clone();
-        stand_in(&mut kept);
-        assert!(is_stand_in(&kept) && !is_stand_in(&whole));
-        // Its values are served before it is stripped (see `watched`).
-        assert_eq!(kept.status, None);
-        // What the conflict checks read of another scaler.
-        assert_eq!(kept.spec.target_ref, whole.spec.target_ref);
-        assert_eq!(kept.metadata.uid, whole.metadata.uid);
-        assert_eq!(kept.spec.metrics, None);
-        let mut dry = scaler("True");
-        dry.metadata.annotations = Some(
-            [
-                (
-                    crate::names::DRY_RUN_ANNOTATION.to_owned(),
-                    "true".to_owned(),
-                ),
-                ("other".to_owned(), "x".to_owned()),
-            ]
-            .into(),
+    fn what_is_kept_of_other_scalers_follows_the_watch_and_its_lists() {
+        let others = Others::new(&Leadership::always());
+        // New, the same again, another incarnation under the name.
+        assert!(others.keep("ns", peer("a", "u-a")));
+        assert!(!others.keep("ns", peer("a", "u-a")));
+        assert!(others.keep("ns", peer("a", "u-a2")));
+        assert!(others.keep("ns", peer("b", "u-b")));
+        assert!(others.keep("other", peer("a", "u-c")));
+        assert_eq!(
+            others.get("ns", "a").map(|p| p.uid),
+            Some("u-a2".to_owned())
         );
-        stand_in(&mut dry);
-        assert!(super::super::annotations::is_dry_run(&dry));
-        assert_eq!(dry.metadata.annotations.as_ref().map(|a| a.len()), Some(1));
+        assert_eq!(others.get("ns", "c"), None);
+        // What the conflict checks read of it.
+        assert_eq!(others.get("ns", "b"), Some(peer("b", "u-b")));
+
+        // Led here now (or deleted).
+        others.remove("ns", "b");
+        assert_eq!(others.get("ns", "b"), None);
+        assert_eq!(
+            others.uids(),
+            ["u-a2", "u-c"].map(str::to_owned).into_iter().collect()
+        );
+
+        // A list that brings only ns/a again: other/a was deleted while nothing watched.
+        others.list_started();
+        assert!(!others.keep("ns", peer("a", "u-a2")));
+        others.list_ended();
+        assert_eq!(others.uids(), ["u-a2".to_owned()].into_iter().collect());
+        // What the watch brings after the list stays until the next list.
+        assert!(others.keep("ns", peer("d", "u-d")));
+        others.list_started();
+        others.list_ended();
+        assert!(others.uids().is_empty());
     }
 }
