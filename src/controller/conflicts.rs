@@ -324,12 +324,103 @@ fn created(scaler: &LLMScaler) -> Option<Timestamp> {
     scaler.meta().creation_timestamp.as_ref().map(|t| t.0)
 }
 
+/// What is kept of the scalers another replica leads (with shards): their [`Peer`]s, beside the
+/// controller's cache, which never holds them. A scaler's spec and status are most of its
+/// memory, and every replica of a sharded fleet watches every scaler.
+#[derive(Default)]
+pub struct Peers(Mutex<Kept>);
+
+#[derive(Default)]
+struct Kept {
+    /// namespace → name → what is kept, and the list that last brought it.
+    peers: HashMap<String, HashMap<String, (Peer, u64)>>,
+    /// The list of the scalers running now or last (counted from 1).
+    list: u64,
+}
+
+impl Peers {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Keeps `peer` of `namespace`; true when that incarnation was not kept before.
+    pub fn keep(&self, namespace: &str, peer: Peer) -> bool {
+        let mut kept = self.lock();
+        let list = kept.list;
+        let names = match kept.peers.get_mut(namespace) {
+            Some(names) => names,
+            None => kept.peers.entry(namespace.to_owned()).or_default(),
+        };
+        match names.get_mut(&peer.name) {
+            Some(entry) => {
+                let new = entry.0.uid != peer.uid;
+                *entry = (peer, list);
+                new
+            }
+            None => {
+                names.insert(peer.name.clone(), (peer, list));
+                true
+            }
+        }
+    }
+
+    /// `namespace/name` is kept no longer (deleted, or led here now).
+    pub fn remove(&self, namespace: &str, name: &str) {
+        let mut kept = self.lock();
+        if let Some(names) = kept.peers.get_mut(namespace) {
+            names.remove(name);
+            if names.is_empty() {
+                kept.peers.remove(namespace);
+            }
+        }
+    }
+
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Peer> {
+        let kept = self.lock();
+        Some(kept.peers.get(namespace)?.get(name)?.0.clone())
+    }
+
+    /// `f(namespace, peer)` for every scaler kept.
+    fn each(&self, mut f: impl FnMut(&str, &Peer)) {
+        let kept = self.lock();
+        for (namespace, names) in &kept.peers {
+            for (peer, _) in names.values() {
+                f(namespace, peer);
+            }
+        }
+    }
+
+    /// The uids kept.
+    pub fn uids(&self) -> std::collections::HashSet<String> {
+        let mut uids = std::collections::HashSet::new();
+        self.each(|_, peer| {
+            uids.insert(peer.uid.clone());
+        });
+        uids
+    }
+
+    /// A list of the scalers starts: what it does not bring again is gone when it ends.
+    pub fn list_started(&self) {
+        self.lock().list += 1;
+    }
+
+    /// The list has ended: drops the scalers it did not bring (deleted while nothing watched).
+    pub fn list_ended(&self) {
+        let mut kept = self.lock();
+        let list = kept.list;
+        kept.peers.retain(|_, names| {
+            names.retain(|_, (_, seen)| *seen == list);
+            !names.is_empty()
+        });
+    }
+}
+
 /// Where the conflict checks read the LLMScalers as they are now: the controller's cache and,
 /// with shards, what is kept of the scalers another replica leads.
 #[derive(Clone)]
 pub struct Scalers {
     pub cache: Store<LLMScaler>,
-    pub others: Arc<super::shards::Others>,
+    pub others: Arc<Peers>,
 }
 
 impl Scalers {
@@ -532,6 +623,13 @@ fn older_scaler(
 }
 
 impl Peer {
+    #[cfg(test)]
+    fn named(mut self, name: &str, uid: &str) -> Self {
+        self.name = name.to_owned();
+        self.uid = uid.to_owned();
+        self
+    }
+
     /// What [`precedes`] compares.
     fn order(&self) -> (Option<Timestamp>, &str) {
         (self.created, &self.name)
@@ -927,6 +1025,58 @@ mod tests {
         ]
     }
 
+    fn peer(name: &str, uid: &str) -> Peer {
+        Peer::of(&scaler_of(&Spec {
+            namespace: 0,
+            name: 0,
+            uid: 0,
+            kind: 0,
+            target: 0,
+            beta: false,
+            created: 0,
+            dry_run: false,
+            elsewhere: true,
+        }))
+        .named(name, uid)
+    }
+
+    #[test]
+    fn what_is_kept_of_other_scalers_follows_the_watch_and_its_lists() {
+        let others = Peers::default();
+        // New, the same again, another incarnation under the name.
+        assert!(others.keep("ns", peer("a", "u-a")));
+        assert!(!others.keep("ns", peer("a", "u-a")));
+        assert!(others.keep("ns", peer("a", "u-a2")));
+        assert!(others.keep("ns", peer("b", "u-b")));
+        assert!(others.keep("other", peer("a", "u-c")));
+        assert_eq!(
+            others.get("ns", "a").map(|p| p.uid),
+            Some("u-a2".to_owned())
+        );
+        assert_eq!(others.get("ns", "c"), None);
+        // What the conflict checks read of it.
+        assert_eq!(others.get("ns", "b"), Some(peer("b", "u-b")));
+
+        // Led here now (or deleted).
+        others.remove("ns", "b");
+        assert_eq!(others.get("ns", "b"), None);
+        assert_eq!(
+            others.uids(),
+            ["u-a2", "u-c"].map(str::to_owned).into_iter().collect()
+        );
+
+        // A list that brings only ns/a again: other/a was deleted while nothing watched.
+        others.list_started();
+        assert!(!others.keep("ns", peer("a", "u-a2")));
+        others.list_ended();
+        assert_eq!(others.uids(), ["u-a2".to_owned()].into_iter().collect());
+        // What the watch brings after the list stays until the next list.
+        assert!(others.keep("ns", peer("d", "u-d")));
+        others.list_started();
+        others.list_ended();
+        assert!(others.uids().is_empty());
+    }
+
     proptest! {
         /// The index finds a conflict exactly when the scan of every scaler did, names one the
         /// scan found, and the oldest of them: after a start (filed from the cache and what is
@@ -939,7 +1089,7 @@ mod tests {
             changes in proptest::collection::vec(change(), 0..24),
         ) {
             let mut writer: Writer<LLMScaler> = Writer::default();
-            let others = Arc::new(super::super::shards::Others::new(&crate::leader::Leadership::always()));
+            let others = Arc::new(Peers::default());
             writer.apply_watcher_event(&watcher::Event::Init);
             // One object per namespace/name: a later one of the fleet replaces an earlier.
             let mut live: Vec<Spec> = Vec::new();

@@ -1759,7 +1759,7 @@ async fn another_shards_scaler_is_served_from_its_status_and_never_looked_at_aga
     assert!(super::shards::kept_elsewhere(&h.ctx, &object));
     let namespace = kube::ResourceExt::namespace(&object).expect("a namespace");
     assert_eq!(
-        h.ctx.others.get(&namespace, "s"),
+        h.ctx.others.peers.get(&namespace, "s"),
         Some(super::conflicts::Peer::of(&object))
     );
     let served = h.cached("s").expect("served from its status");
@@ -1780,7 +1780,7 @@ async fn another_shards_scaler_is_served_from_its_status_and_never_looked_at_aga
     // was forgotten), and it is looked at on a period again.
     tx.send_replace(vec![ours, ours]);
     assert!(!super::shards::kept_elsewhere(&h.ctx, &object));
-    assert_eq!(h.ctx.others.get(&namespace, "s"), None);
+    assert_eq!(h.ctx.others.peers.get(&namespace, "s"), None);
     assert!(h.ctx.generations.changed(&object));
     assert_ne!(h.sync(&scaler).await, Action::await_change());
 }

@@ -60,7 +60,7 @@ pub struct Context {
     /// shards, only the leader of a scaler's shard evaluates and writes it.
     pub leadership: crate::leader::Leadership,
     /// What is kept of the scalers of shards another replica leads.
-    others: Arc<shards::Others>,
+    others: shards::Others,
     /// The generation of each scaler last looked at (a change asks for a look).
     generations: generations::Generations,
     /// Lists the scalers afresh, for the whole objects of a shard this replica leads now.
@@ -107,7 +107,7 @@ impl Context {
             http: shared.http,
             cache: shared.cache,
             metrics: shared.metrics,
-            others: Arc::new(shards::Others::new(&shared.leadership)),
+            others: shards::Others::new(&shared.leadership),
             generations: Default::default(),
             leadership: shared.leadership,
             allowed: shared.allowed,
@@ -220,7 +220,7 @@ async fn run_one(
     let (reader, writer) = reflector::store();
     ctx.conflicts.set_scalers(conflicts::Scalers {
         cache: reader.clone(),
-        others: ctx.others.clone(),
+        others: ctx.others.peers.clone(),
     });
     let sorting = ctx.clone();
     let after_list = ctx.clone();
@@ -313,11 +313,11 @@ fn sort(ctx: &Arc<Context>, event: watcher::Event<LLMScaler>) -> Option<watcher:
             Some(Event::Delete(scaler))
         }
         Event::Init => {
-            ctx.others.list_started();
+            ctx.others.peers.list_started();
             Some(Event::Init)
         }
         Event::InitDone => {
-            ctx.others.list_ended();
+            ctx.others.peers.list_ended();
             Some(Event::InitDone)
         }
         event => Some(event),
@@ -336,7 +336,7 @@ fn forget_scaler(ctx: &Arc<Context>, scaler: &LLMScaler) {
     // Deletion-cost marks of a scale-down that never happened would steer the next scale-down of
     // whoever scales the target now; the leader takes them away.
     let uid = scaler.uid().unwrap_or_default();
-    ctx.others.remove(&namespace, &name);
+    ctx.others.peers.remove(&namespace, &name);
     ctx.generations.forget(&uid);
     let guard = ctx
         .leadership
@@ -367,7 +367,7 @@ fn forget_vanished(ctx: &Context, store: &reflector::Store<LLMScaler>) {
         .iter()
         .filter_map(|s| s.metadata.uid.as_deref())
         .collect();
-    let others = ctx.others.uids();
+    let others = ctx.others.peers.uids();
     let named: std::collections::HashSet<(&str, &str)> = held
         .iter()
         .filter_map(|s| {

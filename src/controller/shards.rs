@@ -11,8 +11,7 @@
 //! `measuredAt` and the API stops serving it three periods later, unless a new leader has synced
 //! the scaler by then (within a lease and one period).
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -20,112 +19,28 @@ use kube::ResourceExt;
 use tokio_util::sync::CancellationToken;
 
 use super::Context;
-use super::conflicts::Peer;
+use super::conflicts::{Peer, Peers};
 use crate::api::LLMScaler;
 use crate::leader::{Leadership, ShardGains};
 use crate::metric_cache::{CachedMetric, ScalerKey, ScalerSnapshot, Vouch};
 
 /// What this replica keeps of the scalers another replica leads: what the conflict checks of its
-/// own scalers read of them (a [`Peer`]), never the object. A scaler's spec and status are most
-/// of its memory, and every replica of a sharded fleet watches every scaler.
+/// own scalers read of them ([`Peers`]), never the object, and what vouches for the values it
+/// serves of them.
 pub struct Others {
-    kept: Mutex<Kept>,
+    pub(super) peers: Arc<Peers>,
     /// Whether another replica holds a shard now: what vouches for the values served from a
     /// status (one for every scaler).
     held: Arc<dyn Fn(u32) -> bool + Send + Sync>,
-}
-
-#[derive(Default)]
-struct Kept {
-    /// namespace → name → what is kept, and the list that last brought it.
-    peers: HashMap<String, HashMap<String, (Peer, u64)>>,
-    /// The list of the scalers running now or last (counted from 1).
-    list: u64,
 }
 
 impl Others {
     pub(super) fn new(leadership: &Leadership) -> Self {
         let leadership = leadership.clone();
         Self {
-            kept: Mutex::default(),
+            peers: Arc::default(),
             held: Arc::new(move |shard| leadership.held_elsewhere(shard)),
         }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
-        self.kept.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Keeps `peer` of `namespace`; true when that incarnation was not kept before.
-    pub(super) fn keep(&self, namespace: &str, peer: Peer) -> bool {
-        let mut kept = self.lock();
-        let list = kept.list;
-        let names = match kept.peers.get_mut(namespace) {
-            Some(names) => names,
-            None => kept.peers.entry(namespace.to_owned()).or_default(),
-        };
-        match names.get_mut(&peer.name) {
-            Some(entry) => {
-                let new = entry.0.uid != peer.uid;
-                *entry = (peer, list);
-                new
-            }
-            None => {
-                names.insert(peer.name.clone(), (peer, list));
-                true
-            }
-        }
-    }
-
-    /// `namespace/name` is kept no longer (deleted, or led here now).
-    pub(super) fn remove(&self, namespace: &str, name: &str) {
-        let mut kept = self.lock();
-        if let Some(names) = kept.peers.get_mut(namespace) {
-            names.remove(name);
-            if names.is_empty() {
-                kept.peers.remove(namespace);
-            }
-        }
-    }
-
-    pub(super) fn get(&self, namespace: &str, name: &str) -> Option<Peer> {
-        let kept = self.lock();
-        Some(kept.peers.get(namespace)?.get(name)?.0.clone())
-    }
-
-    /// `f(namespace, peer)` for every scaler kept.
-    pub(super) fn each(&self, mut f: impl FnMut(&str, &Peer)) {
-        let kept = self.lock();
-        for (namespace, names) in &kept.peers {
-            for (peer, _) in names.values() {
-                f(namespace, peer);
-            }
-        }
-    }
-
-    /// The uids kept.
-    pub(super) fn uids(&self) -> HashSet<String> {
-        let mut uids = HashSet::new();
-        self.each(|_, peer| {
-            uids.insert(peer.uid.clone());
-        });
-        uids
-    }
-
-    /// A list of the scalers starts: what it does not bring again is gone when it ends.
-    pub(super) fn list_started(&self) {
-        let mut kept = self.lock();
-        kept.list += 1;
-    }
-
-    /// The list has ended: drops the scalers it did not bring (deleted while nothing watched).
-    pub(super) fn list_ended(&self) {
-        let mut kept = self.lock();
-        let list = kept.list;
-        kept.peers.retain(|_, names| {
-            names.retain(|_, (_, seen)| *seen == list);
-            !names.is_empty()
-        });
     }
 }
 
@@ -138,13 +53,13 @@ pub(super) fn kept_elsewhere(ctx: &Context, scaler: &LLMScaler) -> bool {
     }
     let namespace = scaler.namespace().unwrap_or_default();
     if ctx.leadership.evaluates(&scaler.uid().unwrap_or_default()) {
-        ctx.others.remove(&namespace, &scaler.name_any());
+        ctx.others.peers.remove(&namespace, &scaler.name_any());
         return false;
     }
     serve_from_status(ctx, scaler);
     let peer = Peer::of(scaler);
     ctx.conflicts.file_peer(&namespace, &peer);
-    if ctx.others.keep(&namespace, peer) {
+    if ctx.others.peers.keep(&namespace, peer) {
         stand_by(ctx, scaler);
     }
     true
@@ -318,49 +233,5 @@ mod tests {
 
         // The leader's last sync failed: nothing, as on the leader.
         assert!(snapshot(&scaler("False"), vouch()).is_none());
-    }
-
-    fn peer(name: &str, uid: &str) -> Peer {
-        let mut scaler = scaler("True");
-        scaler.metadata.name = Some(name.to_owned());
-        scaler.metadata.uid = Some(uid.to_owned());
-        Peer::of(&scaler)
-    }
-
-    #[test]
-    fn what_is_kept_of_other_scalers_follows_the_watch_and_its_lists() {
-        let others = Others::new(&Leadership::always());
-        // New, the same again, another incarnation under the name.
-        assert!(others.keep("ns", peer("a", "u-a")));
-        assert!(!others.keep("ns", peer("a", "u-a")));
-        assert!(others.keep("ns", peer("a", "u-a2")));
-        assert!(others.keep("ns", peer("b", "u-b")));
-        assert!(others.keep("other", peer("a", "u-c")));
-        assert_eq!(
-            others.get("ns", "a").map(|p| p.uid),
-            Some("u-a2".to_owned())
-        );
-        assert_eq!(others.get("ns", "c"), None);
-        // What the conflict checks read of it.
-        assert_eq!(others.get("ns", "b"), Some(peer("b", "u-b")));
-
-        // Led here now (or deleted).
-        others.remove("ns", "b");
-        assert_eq!(others.get("ns", "b"), None);
-        assert_eq!(
-            others.uids(),
-            ["u-a2", "u-c"].map(str::to_owned).into_iter().collect()
-        );
-
-        // A list that brings only ns/a again: other/a was deleted while nothing watched.
-        others.list_started();
-        assert!(!others.keep("ns", peer("a", "u-a2")));
-        others.list_ended();
-        assert_eq!(others.uids(), ["u-a2".to_owned()].into_iter().collect());
-        // What the watch brings after the list stays until the next list.
-        assert!(others.keep("ns", peer("d", "u-d")));
-        others.list_started();
-        others.list_ended();
-        assert!(others.uids().is_empty());
     }
 }
