@@ -12,8 +12,9 @@
 //!
 //! Arguments (after `--`): `--sizes 100,5000` measures only those sizes, `--no-reaction` and
 //! `--no-restart` skip those parts, `--stand-in-above N` moves the limit above which the
-//! stand-in answers, `--replicas N` runs N replicas dividing the fleet by shards instead (and
-//! neither the reaction nor the restart). `LLMSCALER_BENCH_OPERATOR=<path>` runs another build
+//! stand-in answers, `--replicas N` runs N replicas dividing the fleet by shards instead, then one
+//! replica with an Nth of each size, and reports the replicas' cost as ratios to it (neither the
+//! reaction nor the restart). `LLMSCALER_BENCH_OPERATOR=<path>` runs another build
 //! of the operator (an older one, to compare), and `LLMSCALER_BENCH_PERF=1` records each window
 //! with `perf record` (target/bench/perf-<size>.data; of the first replica with `--replicas`).
 //!
@@ -271,8 +272,9 @@ impl CostServers {
 
 /// `--replicas N`: N operator replicas divide the fleet by shards (`--shards N`, each shard led
 /// through its own Lease), and each size is measured per replica: its syncs against the share of
-/// the due syncs its shards hold, its CPU per sync, its memory. To compare with one replica
-/// carrying a third of the fleet, run the bench without `--replicas` at that size.
+/// the due syncs its shards hold, its CPU per sync, its memory. Then one replica of the same
+/// build carries an Nth of each size, measured alike, and the report gives the replicas' cost
+/// per sync and memory as ratios to it.
 async fn sharded(client: &kube::Client, options: &Options) {
     let n = options.replicas;
     let CostServers {
@@ -311,6 +313,7 @@ async fn sharded(client: &kube::Client, options: &Options) {
     }
 
     let mut lines = Vec::new();
+    let mut shared = Vec::new();
     let mut created = 0;
     let mut server = prometheus.url.clone();
     for &size in &options.sizes {
@@ -381,8 +384,55 @@ async fn sharded(client: &kube::Client, options: &Options) {
         );
         println!("{summary}");
         lines.push(summary);
+        shared.push((size, rows));
     }
     clear(client, COST_NAMESPACE).await;
+    drop(operators);
+
+    // The same build as one replica carrying a share of each fleet, measured alike: what the
+    // replicas' cost per sync and memory are compared with.
+    let alone = OperatorProcess::start_with(&[], "operator-bench-alone.log").await;
+    let mut ratios = Vec::new();
+    created = 0;
+    for (size, rows) in &shared {
+        let share = size / n;
+        let real = share <= options.real_prometheus_up_to;
+        let server = match real {
+            true => prometheus.url.clone(),
+            false => stand_in.url.clone(),
+        };
+        grow(client, created, share, &server).await;
+        created = share;
+        wait_synced(client, COST_NAMESPACE, share).await;
+        tokio::time::sleep(SYNC_PERIOD + Duration::from_secs(2)).await;
+        let queries = match real {
+            true => Queries::Prometheus(&prometheus),
+            false => Queries::StandIn(&stand_in),
+        };
+        let before = Reading::of(&alone, &Fleet::take(client, &queries).await).await;
+        tokio::time::sleep(WINDOW).await;
+        let after = Reading::of(&alone, &Fleet::take(client, &queries).await).await;
+        let one = Row::between(share, real, &before, &after, &alone);
+        let mean = |f: fn(&Row) -> f64| rows.iter().map(f).sum::<f64>() / rows.len() as f64;
+        let cpu = mean(|r| r.cpu_ms_per_sync);
+        let rss = mean(|r| r.rss_kib as f64) / 1024.0;
+        let line = format!(
+            "| {size} on {n} replicas | {share} on one | {:.0} ({:.1}% of due) | {:.3} / {:.3} ({:.2}×) | {:.1} / {:.1} ({:.2}×) |",
+            one.syncs_per_minute,
+            100.0 * one.syncs_per_minute / one.due_per_minute(),
+            cpu,
+            one.cpu_ms_per_sync,
+            cpu / one.cpu_ms_per_sync,
+            rss,
+            one.rss_kib as f64 / 1024.0,
+            rss / (one.rss_kib as f64 / 1024.0),
+        );
+        println!("{line}");
+        ratios.push(line);
+    }
+    clear(client, COST_NAMESPACE).await;
+    drop(alone);
+
     let mut report = format!(
         "## Operator cost with {n} replicas sharing the fleet (--shards {n}, sync period {} s)\n\n",
         SYNC_PERIOD.as_secs()
@@ -390,6 +440,15 @@ async fn sharded(client: &kube::Client, options: &Options) {
     report.push_str("| scalers (fleet) | replica | syncs/min | lateness p99 s | CPU ms/sync | RSS MiB | peak RSS MiB |\n");
     report.push_str("| --- | --- | --- | --- | --- | --- | --- |\n");
     for line in &lines {
+        report.push_str(line);
+        report.push('\n');
+    }
+    report.push_str(&format!(
+        "\n## Against one replica carrying 1/{n} of the fleet (same build, same run)\n\n"
+    ));
+    report.push_str("| sharded | alone | syncs/min alone | CPU ms/sync: per replica (mean) / alone | RSS MiB: per replica (mean) / alone |\n");
+    report.push_str("| --- | --- | --- | --- | --- |\n");
+    for line in &ratios {
         report.push_str(line);
         report.push('\n');
     }
