@@ -317,19 +317,14 @@ async fn sharded(client: &kube::Client, options: &Options) {
     let mut created = 0;
     let mut server = prometheus.url.clone();
     for &size in &options.sizes {
-        let real = size <= options.real_prometheus_up_to;
-        if !real && server != stand_in.url {
-            server = stand_in.url.clone();
-            repoint(client, created, &server).await;
-        }
-        grow(client, created, size, &server).await;
-        created = size;
-        wait_synced(client, COST_NAMESPACE, size).await;
-        tokio::time::sleep(SYNC_PERIOD + Duration::from_secs(2)).await;
-        let queries = match real {
-            true => Queries::Prometheus(&prometheus),
-            false => Queries::StandIn(&stand_in),
-        };
+        let (real, queries) = grow_settled(
+            client,
+            options,
+            (&prometheus, &stand_in),
+            (&mut created, &mut server),
+            size,
+        )
+        .await;
         let fleet = Fleet::take(client, &queries).await;
         let mut before = Vec::new();
         for op in &operators {
@@ -394,24 +389,20 @@ async fn sharded(client: &kube::Client, options: &Options) {
     let alone = OperatorProcess::start_with(&[], "operator-bench-alone.log").await;
     let mut ratios = Vec::new();
     created = 0;
+    server = prometheus.url.clone();
     for (size, rows) in &shared {
         let share = size / n;
-        let real = share <= options.real_prometheus_up_to;
-        let server = match real {
-            true => prometheus.url.clone(),
-            false => stand_in.url.clone(),
-        };
-        grow(client, created, share, &server).await;
-        created = share;
-        wait_synced(client, COST_NAMESPACE, share).await;
-        tokio::time::sleep(SYNC_PERIOD + Duration::from_secs(2)).await;
-        let queries = match real {
-            true => Queries::Prometheus(&prometheus),
-            false => Queries::StandIn(&stand_in),
-        };
-        let before = Reading::of(&alone, &Fleet::take(client, &queries).await).await;
+        let (real, queries) = grow_settled(
+            client,
+            options,
+            (&prometheus, &stand_in),
+            (&mut created, &mut server),
+            share,
+        )
+        .await;
+        let before = Reading::take(client, &alone, &queries).await;
         tokio::time::sleep(WINDOW).await;
-        let after = Reading::of(&alone, &Fleet::take(client, &queries).await).await;
+        let after = Reading::take(client, &alone, &queries).await;
         let one = Row::between(share, real, &before, &after, &alone);
         let mean = |f: fn(&Row) -> f64| rows.iter().map(f).sum::<f64>() / rows.len() as f64;
         let cpu = mean(|r| r.cpu_ms_per_sync);
@@ -457,6 +448,32 @@ async fn sharded(client: &kube::Client, options: &Options) {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join(format!("operator-{n}-replicas.md")), &report).unwrap();
     println!("written to target/bench/operator-{n}-replicas.md");
+}
+
+/// Grows the cost fleet from `created` to `size` scalers (moved to the stand-in once above the
+/// real-Prometheus limit), waits for every one's first sync and one period more; whether a real
+/// Prometheus answers, and where the queries go.
+async fn grow_settled<'a>(
+    client: &kube::Client,
+    options: &Options,
+    (prometheus, stand_in): (&'a Prometheus, &'a StandIn),
+    (created, server): (&mut usize, &mut String),
+    size: usize,
+) -> (bool, Queries<'a>) {
+    let real = size <= options.real_prometheus_up_to;
+    if !real && *server != stand_in.url {
+        *server = stand_in.url.clone();
+        repoint(client, *created, server).await;
+    }
+    grow(client, *created, size, server).await;
+    *created = size;
+    wait_synced(client, COST_NAMESPACE, size).await;
+    tokio::time::sleep(SYNC_PERIOD + Duration::from_secs(2)).await;
+    let queries = match real {
+        true => Queries::Prometheus(prometheus),
+        false => Queries::StandIn(stand_in),
+    };
+    (real, queries)
 }
 
 // ---------------------------------------------------------------- the operator under test

@@ -298,7 +298,7 @@ impl Indexed {
 
 /// What the conflict checks read of an LLMScaler: the target it names, when it came, whether it
 /// is a dry run. With shards, this is all a replica keeps of the scalers another replica leads
-/// (see `shards::Others`).
+/// (see [`Peers`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Peer {
     pub uid: String,
@@ -420,7 +420,7 @@ impl Peers {
 #[derive(Clone)]
 pub struct Scalers {
     pub cache: Store<LLMScaler>,
-    pub others: Arc<Peers>,
+    pub peers: Arc<Peers>,
 }
 
 impl Scalers {
@@ -430,7 +430,7 @@ impl Scalers {
             Some(cached) => {
                 (cached.metadata.uid.as_deref() == Some(uid)).then(|| Peer::of(&cached))
             }
-            None => self.others.get(namespace, name).filter(|p| p.uid == uid),
+            None => self.peers.get(namespace, name).filter(|p| p.uid == uid),
         }
     }
 }
@@ -549,7 +549,7 @@ impl ScalerIndex {
             self.file(&cached);
         }
         scalers
-            .others
+            .peers
             .each(|namespace, peer| self.file_peer(namespace, peer));
         if !self.seeded {
             self.seeded = true;
@@ -623,13 +623,6 @@ fn older_scaler(
 }
 
 impl Peer {
-    #[cfg(test)]
-    fn named(mut self, name: &str, uid: &str) -> Self {
-        self.name = name.to_owned();
-        self.uid = uid.to_owned();
-        self
-    }
-
     /// What [`precedes`] compares.
     fn order(&self) -> (Option<Timestamp>, &str) {
         (self.created, &self.name)
@@ -980,9 +973,9 @@ mod tests {
                     .apply_watcher_event(&watcher::Event::Delete(scaler.clone()));
                 let peer = Peer::of(&scaler);
                 index.lock().unwrap().file_peer(&namespace, &peer);
-                self.scalers.others.keep(&namespace, peer);
+                self.scalers.peers.keep(&namespace, peer);
             } else {
-                self.scalers.others.remove(&namespace, &scaler.name_any());
+                self.scalers.peers.remove(&namespace, &scaler.name_any());
                 self.writer
                     .apply_watcher_event(&watcher::Event::Apply(scaler));
             }
@@ -991,7 +984,7 @@ mod tests {
         fn delete(&mut self, s: &Spec) {
             let scaler = scaler_of(s);
             self.scalers
-                .others
+                .peers
                 .remove(&format!("ns{}", s.namespace), &scaler.name_any());
             self.writer
                 .apply_watcher_event(&watcher::Event::Delete(scaler));
@@ -1026,7 +1019,7 @@ mod tests {
     }
 
     fn peer(name: &str, uid: &str) -> Peer {
-        Peer::of(&scaler_of(&Spec {
+        let shape = Spec {
             namespace: 0,
             name: 0,
             uid: 0,
@@ -1036,8 +1029,12 @@ mod tests {
             created: 0,
             dry_run: false,
             elsewhere: true,
-        }))
-        .named(name, uid)
+        };
+        Peer {
+            name: name.to_owned(),
+            uid: uid.to_owned(),
+            ..Peer::of(&scaler_of(&shape))
+        }
     }
 
     #[test]
@@ -1106,7 +1103,7 @@ mod tests {
                 }
             }
             writer.apply_watcher_event(&watcher::Event::InitDone);
-            let scalers = Scalers { cache: writer.as_reader(), others };
+            let scalers = Scalers { cache: writer.as_reader(), peers: others };
             let mut watched = Watched { writer, scalers: scalers.clone() };
             let index = Mutex::new(ScalerIndex::default());
             // As at the end of every list (`Conflicts::file_cached`).
@@ -1191,7 +1188,7 @@ mod tests {
             // Nothing filed that is not cached or kept.
             let mut swept = index.lock().unwrap();
             swept.sweep(&scalers);
-            prop_assert_eq!(swept.filed.len(), scalers.cache.len() + scalers.others.uids().len());
+            prop_assert_eq!(swept.filed.len(), scalers.cache.len() + scalers.peers.uids().len());
         }
 
         /// The HPA (ScaledObject) index follows its watch's events, a relist included, and finds

@@ -1751,12 +1751,24 @@ async fn another_shards_scaler_is_served_from_its_status_and_never_looked_at_aga
     let (tx, leadership) = Leadership::published(states);
     let h = Harness::new(FakeApi::default().with_deployment("vllm", 2), leadership);
 
-    // As the watch brings it: served at once, kept only as what the conflict checks read, and
-    // kept out of the controller's cache.
+    // The controller's cache, fed as the watch's events are sorted; it holds the whole object
+    // from before the shard was lost.
+    use kube::runtime::watcher::Event;
+    let mut cache = kube::runtime::reflector::store::Writer::<LLMScaler>::default();
+    let feed = |cache: &mut kube::runtime::reflector::store::Writer<LLMScaler>, event| {
+        if let Some(event) = super::sort(&h.ctx, event) {
+            cache.apply_watcher_event(&event);
+        }
+    };
     let object: LLMScaler = serde_json::from_value(scaler.clone()).expect("a valid scaler");
+    cache.apply_watcher_event(&Event::Apply(object.clone()));
     // Looked at here before (its generation seen).
     assert!(h.ctx.generations.changed(&object) && !h.ctx.generations.changed(&object));
-    assert!(super::shards::kept_elsewhere(&h.ctx, &object));
+
+    // As the watch brings it now: served at once, kept only as what the conflict checks read,
+    // and gone from the controller's cache.
+    feed(&mut cache, Event::Apply(object.clone()));
+    assert!(cache.as_reader().state().is_empty());
     let namespace = kube::ResourceExt::namespace(&object).expect("a namespace");
     assert_eq!(
         h.ctx.others.peers.get(&namespace, "s"),
@@ -1769,17 +1781,39 @@ async fn another_shards_scaler_is_served_from_its_status_and_never_looked_at_aga
     );
     assert!(served.vouched.as_ref().is_some_and(|v| v.holds()));
 
-    // The whole object the cache holds from before its shard was lost, looked at: no query, no
+    // The whole object, looked at (a look already due before it left the cache): no query, no
     // write, and no look on a period.
     assert_eq!(h.sync(&scaler).await, Action::await_change());
     assert_eq!(queries.load(Ordering::SeqCst), 0, "no query");
     assert!(h.api.writes().is_empty(), "{:?}", h.api.writes());
+    assert_eq!(h.cached("s"), Some(served.clone()));
+
+    // A list that brings it again: still only kept, still served.
+    for event in [
+        Event::Init,
+        Event::InitApply(object.clone()),
+        Event::InitDone,
+    ] {
+        feed(&mut cache, event);
+    }
+    super::forget_vanished(&h.ctx, &cache.as_reader());
+    assert!(cache.as_reader().state().is_empty());
+    assert!(h.ctx.others.peers.get(&namespace, "s").is_some());
     assert_eq!(h.cached("s"), Some(served));
+    // A list that does not (deleted while nothing watched): what was kept of it goes, and so do
+    // its served values.
+    for event in [Event::Init, Event::InitDone] {
+        feed(&mut cache, event);
+    }
+    super::forget_vanished(&h.ctx, &cache.as_reader());
+    assert_eq!(h.ctx.others.peers.get(&namespace, "s"), None);
+    assert_eq!(h.cached("s"), None);
 
     // Its shard won here: the list that asks for brings it to the cache as new (its generation
     // was forgotten), and it is looked at on a period again.
     tx.send_replace(vec![ours, ours]);
-    assert!(!super::shards::kept_elsewhere(&h.ctx, &object));
+    feed(&mut cache, Event::Apply(object.clone()));
+    assert_eq!(cache.as_reader().state().len(), 1);
     assert_eq!(h.ctx.others.peers.get(&namespace, "s"), None);
     assert!(h.ctx.generations.changed(&object));
     assert_ne!(h.sync(&scaler).await, Action::await_change());

@@ -220,7 +220,7 @@ async fn run_one(
     let (reader, writer) = reflector::store();
     ctx.conflicts.set_scalers(conflicts::Scalers {
         cache: reader.clone(),
-        others: ctx.others.peers.clone(),
+        peers: ctx.others.peers.clone(),
     });
     let sorting = ctx.clone();
     let after_list = ctx.clone();
