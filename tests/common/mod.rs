@@ -256,13 +256,22 @@ impl OperatorBuilder {
     }
 }
 
-/// A free port on loopback (bound and released; the caller binds it again).
+/// A free port on loopback (bound and released; the caller binds it again), never one handed out
+/// before in this test process: the kernel may give a port just released again before the
+/// process it was meant for has bound it (two spawned replicas once got the same one).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if GIVEN.lock().unwrap().insert(port) {
+            return port;
+        }
+    }
 }
 
 /// Sends Ctrl-C (SIGINT) to the operator process and waits for it to exit.
