@@ -157,8 +157,8 @@ pub fn render(
             status.scale_to_zero = zero.zip(phase).map(|(z, phase)| {
                 Box::new(ScaleToZeroStatus {
                     phase: phase.as_str().to_owned(),
-                    idle_since: z.idle_since.map(Time),
-                    woke_at: z.woke_at.map(Time),
+                    idle_since: z.idle_since.map(timer),
+                    woke_at: z.woke_at.map(timer),
                 })
             });
             status.syncs_without_signal = (*syncs_without_signal > 0)
@@ -206,6 +206,17 @@ pub fn stored_memory(status: Option<&LLMScalerStatus>, uid: &str, target_uid: &s
             samples: Vec::new(),
         })
         .unwrap_or_default()
+}
+
+/// A scale-to-zero timer as status stores it. A `Time` is written to the whole second, and the
+/// timers are read back from status at every sync: truncated, a quiet spell would start up to a
+/// second before it did and the fleet go to zero that much early. Rounded up, the idle period
+/// and the time awake last at least what the spec says.
+fn timer(at: Timestamp) -> Time {
+    let up = k8s_openapi::jiff::TimestampRound::new()
+        .smallest(k8s_openapi::jiff::Unit::Second)
+        .mode(k8s_openapi::jiff::RoundMode::Ceil);
+    Time(at.round(up).unwrap_or(at))
 }
 
 /// The scale-to-zero timers stored in status.
@@ -802,6 +813,42 @@ mod tests {
 
     fn condition<'a>(s: &'a LLMScalerStatus, type_: &str) -> &'a Condition {
         s.conditions.iter().find(|c| c.type_ == type_).unwrap()
+    }
+
+    #[test]
+    fn scale_to_zero_timers_read_back_from_status_never_start_early() {
+        let (d, target) = decided(0.0, 1, 0, 2);
+        let scaler = Scaler {
+            uid: "u1",
+            generation: Some(1),
+        };
+        // Two timers between whole seconds, one on a whole second.
+        let quiet = t(10) + std::time::Duration::from_millis(300);
+        let zero = ZeroMemory {
+            idle_since: Some(quiet),
+            woke_at: Some(t(5)),
+        };
+        let outcome = Outcome::Decided {
+            decision: &d,
+            target: &target,
+            target_uid: "t1",
+            wrote: false,
+            startup: None,
+            zero: Some(&zero),
+            syncs_without_signal: 0,
+            objective: None,
+        };
+        let s = render(None, &scaler, &outcome, quiet);
+        // As the next sync reads it: through the API server's JSON.
+        let stored: LLMScalerStatus =
+            serde_json::from_value(serde_json::to_value(&s).unwrap()).unwrap();
+        let back = stored_zero(Some(&stored));
+        let idle = back.idle_since.unwrap();
+        assert!(
+            idle >= quiet && idle < quiet + std::time::Duration::from_secs(1),
+            "idle since {idle}, quiet since {quiet}"
+        );
+        assert_eq!(back.woke_at, Some(t(5)), "a whole second stays as it is");
     }
 
     #[test]
