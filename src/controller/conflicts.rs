@@ -298,12 +298,13 @@ impl Indexed {
 
 /// What the conflict checks read of an LLMScaler: the target it names, when it came, whether it
 /// is a dry run. With shards, this is all a replica keeps of the scalers another replica leads
-/// (see [`Peers`]).
+/// (see [`Peers`]); its strings are shared with the scaler index's entry of it, so that a
+/// scaler of another shard costs them once.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Peer {
-    pub uid: String,
-    pub name: String,
-    target: TargetKey,
+    pub uid: Arc<str>,
+    pub name: Arc<str>,
+    target: Arc<TargetKey>,
     created: Option<Timestamp>,
     dry_run: bool,
 }
@@ -311,11 +312,34 @@ pub struct Peer {
 impl Peer {
     pub fn of(scaler: &LLMScaler) -> Self {
         Self {
-            uid: scaler.uid().unwrap_or_default(),
-            name: scaler.name_any(),
-            target: TargetKey::of(&scaler.spec.target_ref),
+            uid: scaler.metadata.uid.as_deref().unwrap_or_default().into(),
+            name: scaler.name_any().into(),
+            target: Arc::new(TargetKey::of(&scaler.spec.target_ref)),
             created: created(scaler),
             dry_run: super::annotations::is_dry_run(scaler),
+        }
+    }
+
+    /// `self`, sharing the strings of `before` where they are the same (the watch brings a
+    /// scaler at each of its status writes, and each would otherwise copy them again).
+    fn sharing(self, before: &Self) -> Self {
+        Self {
+            uid: if self.uid == before.uid {
+                before.uid.clone()
+            } else {
+                self.uid
+            },
+            name: if self.name == before.name {
+                before.name.clone()
+            } else {
+                self.name
+            },
+            target: if self.target == before.target {
+                before.target.clone()
+            } else {
+                self.target
+            },
+            ..self
         }
     }
 }
@@ -333,7 +357,7 @@ pub struct Peers(Mutex<Kept>);
 #[derive(Default)]
 struct Kept {
     /// namespace → name → what is kept, and the list that last brought it.
-    peers: HashMap<String, HashMap<String, (Peer, u64)>>,
+    peers: HashMap<String, HashMap<Arc<str>, (Peer, u64)>>,
     /// The list of the scalers running now or last (counted from 1).
     list: u64,
 }
@@ -343,23 +367,25 @@ impl Peers {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Keeps `peer` of `namespace`; true when that incarnation was not kept before.
-    pub fn keep(&self, namespace: &str, peer: Peer) -> bool {
+    /// Keeps `peer` of `namespace`: whether that incarnation was not kept before, and the
+    /// Peer kept (which shares what it can with the one kept before: file that one).
+    pub fn keep(&self, namespace: &str, peer: Peer) -> (bool, Peer) {
         let mut kept = self.lock();
         let list = kept.list;
         let names = match kept.peers.get_mut(namespace) {
             Some(names) => names,
             None => kept.peers.entry(namespace.to_owned()).or_default(),
         };
-        match names.get_mut(&peer.name) {
+        match names.get_mut(&*peer.name) {
             Some(entry) => {
                 let new = entry.0.uid != peer.uid;
-                *entry = (peer, list);
-                new
+                let peer = peer.sharing(&entry.0);
+                *entry = (peer.clone(), list);
+                (new, peer)
             }
             None => {
-                names.insert(peer.name.clone(), (peer, list));
-                true
+                names.insert(peer.name.clone(), (peer.clone(), list));
+                (true, peer)
             }
         }
     }
@@ -394,7 +420,7 @@ impl Peers {
     pub fn uids(&self) -> std::collections::HashSet<String> {
         let mut uids = std::collections::HashSet::new();
         self.each(|_, peer| {
-            uids.insert(peer.uid.clone());
+            uids.insert(peer.uid.to_string());
         });
         uids
     }
@@ -430,7 +456,7 @@ impl Scalers {
             Some(cached) => {
                 (cached.metadata.uid.as_deref() == Some(uid)).then(|| Peer::of(&cached))
             }
-            None => self.peers.get(namespace, name).filter(|p| p.uid == uid),
+            None => self.peers.get(namespace, name).filter(|p| &*p.uid == uid),
         }
     }
 }
@@ -446,11 +472,22 @@ impl Scalers {
 struct ScalerIndex {
     /// namespace → target → (uid, name) of each scaler filed there: nearly always one, so a
     /// list (a map per target would allocate a node for its one entry).
-    by_target: HashMap<String, HashMap<TargetKey, Vec<(String, String)>>>,
-    /// uid → (namespace, target, name) it is filed under.
-    filed: HashMap<String, (String, TargetKey, String)>,
+    by_target: HashMap<Arc<str>, HashMap<Arc<TargetKey>, Vec<UidName>>>,
+    /// uid → where it is filed. Both maps share each scaler's strings (and, for a scaler of
+    /// another shard, its [`Peer`]'s): on a fleet of thousands they are most of the index.
+    filed: HashMap<Arc<str>, Filed>,
     seeded: bool,
     swept: Option<Instant>,
+}
+
+/// A scaler's uid and name, as the index files it under its target.
+type UidName = (Arc<str>, Arc<str>);
+
+/// Where one scaler is filed.
+struct Filed {
+    namespace: Arc<str>,
+    target: Arc<TargetKey>,
+    name: Arc<str>,
 }
 
 impl ScalerIndex {
@@ -461,68 +498,87 @@ impl ScalerIndex {
             return;
         };
         let target = &scaler.spec.target_ref;
+        let name = scaler.name_any();
         self.file_as(
             uid,
             namespace,
-            &scaler.name_any(),
+            &name,
             |key| key.is(target),
-            || TargetKey::of(target),
+            || {
+                (
+                    uid.as_str().into(),
+                    name.as_str().into(),
+                    Arc::new(TargetKey::of(target)),
+                )
+            },
         );
     }
 
-    /// Files `peer` of `namespace` under the target it names now.
+    /// Files `peer` of `namespace` under the target it names now, with the peer's own strings.
     fn file_peer(&mut self, namespace: &str, peer: &Peer) {
         self.file_as(
             &peer.uid,
             namespace,
             &peer.name,
-            |key| *key == peer.target,
-            || peer.target.clone(),
+            |key| *key == *peer.target,
+            || (peer.uid.clone(), peer.name.clone(), peer.target.clone()),
         );
     }
 
     /// Files `uid` (`namespace/name`) under its target: `is` tells whether a key is that target
-    /// (so that an unchanged entry costs no allocation, as at every sync), `key` makes it.
+    /// (so that an unchanged entry costs no allocation, as at every sync), `parts` makes the
+    /// entry's uid, name and target.
     fn file_as(
         &mut self,
         uid: &str,
         namespace: &str,
         name: &str,
         is: impl Fn(&TargetKey) -> bool,
-        key: impl FnOnce() -> TargetKey,
+        parts: impl FnOnce() -> (Arc<str>, Arc<str>, Arc<TargetKey>),
     ) {
-        if let Some((ns, filed_key, filed_name)) = self.filed.get(uid)
-            && ns == namespace
-            && is(filed_key)
-            && filed_name == name
+        if let Some(filed) = self.filed.get(uid)
+            && &*filed.namespace == namespace
+            && is(&filed.target)
+            && &*filed.name == name
         {
             return;
         }
         self.unfile(uid);
-        let key = key();
+        let (uid, name, target) = parts();
+        // One copy of each namespace's name, however many scalers it holds.
+        let namespace: Arc<str> = self
+            .by_target
+            .get_key_value(namespace)
+            .map_or_else(|| namespace.into(), |(ns, _)| ns.clone());
         self.by_target
-            .entry(namespace.to_owned())
+            .entry(namespace.clone())
             .or_default()
-            .entry(key.clone())
+            .entry(target.clone())
             .or_insert_with(|| Vec::with_capacity(1))
-            .push((uid.to_owned(), name.to_owned()));
-        self.filed
-            .insert(uid.to_owned(), (namespace.to_owned(), key, name.to_owned()));
+            .push((uid.clone(), name.clone()));
+        self.filed.insert(
+            uid,
+            Filed {
+                namespace,
+                target,
+                name,
+            },
+        );
     }
 
     fn unfile(&mut self, uid: &str) {
-        let Some((namespace, key, _)) = self.filed.remove(uid) else {
+        let Some(filed) = self.filed.remove(uid) else {
             return;
         };
-        if let Some(targets) = self.by_target.get_mut(&namespace) {
-            if let Some(uids) = targets.get_mut(&key) {
-                uids.retain(|(filed, _)| filed != uid);
+        if let Some(targets) = self.by_target.get_mut(&*filed.namespace) {
+            if let Some(uids) = targets.get_mut(&*filed.target) {
+                uids.retain(|(other, _)| &**other != uid);
                 if uids.is_empty() {
-                    targets.remove(&key);
+                    targets.remove(&*filed.target);
                 }
             }
             if targets.is_empty() {
-                self.by_target.remove(&namespace);
+                self.by_target.remove(&*filed.namespace);
             }
         }
     }
@@ -558,7 +614,7 @@ impl ScalerIndex {
     }
 
     /// The scalers filed under `target` in `namespace`: (uid, name).
-    fn filed_under(&self, namespace: &str, target: &TargetKey) -> Vec<(String, String)> {
+    fn filed_under(&self, namespace: &str, target: &TargetKey) -> Vec<UidName> {
         self.by_target
             .get(namespace)
             .and_then(|targets| targets.get(target))
@@ -568,10 +624,14 @@ impl ScalerIndex {
 
     /// Drops every scaler `scalers` no longer holds (the same uid under the same name).
     fn sweep(&mut self, scalers: &Scalers) {
-        let gone: Vec<String> = self
+        let gone: Vec<Arc<str>> = self
             .filed
             .iter()
-            .filter(|(uid, (namespace, _, name))| scalers.current(namespace, name, uid).is_none())
+            .filter(|(uid, filed)| {
+                scalers
+                    .current(&filed.namespace, &filed.name, uid)
+                    .is_none()
+            })
             .map(|(uid, _)| uid.clone())
             .collect();
         for uid in gone {
@@ -596,7 +656,7 @@ fn older_scaler(
     let mine = (created(scaler), scaler.name_any());
     let mut oldest: Option<Peer> = None;
     for (uid, name) in filed {
-        if scaler.metadata.uid.as_deref() == Some(uid.as_str()) {
+        if scaler.metadata.uid.as_deref() == Some(&*uid) {
             continue;
         }
         let Some(other) = scalers.current(namespace, &name, &uid) else {
@@ -604,7 +664,7 @@ fn older_scaler(
             lock().unfile(&uid);
             continue;
         };
-        if other.target != *target {
+        if *other.target != *target {
             // It names another target now: filed there.
             lock().file_peer(namespace, &other);
             continue;
@@ -741,7 +801,7 @@ impl Conflicts {
         let older = self.older_scaler(scaler, namespace, &target);
         Ok(older.map(|other| Conflict {
             kind: "LLMScaler",
-            name: other.name,
+            name: other.name.to_string(),
         }))
     }
 
@@ -951,7 +1011,7 @@ mod tests {
                     && !other.dry_run
                     && precedes(other.order(), me.order())
             })
-            .map(|(_, other)| other.name)
+            .map(|(_, other)| other.name.to_string())
             .collect();
         found.sort();
         found
@@ -971,9 +1031,8 @@ mod tests {
             if s.elsewhere {
                 self.writer
                     .apply_watcher_event(&watcher::Event::Delete(scaler.clone()));
-                let peer = Peer::of(&scaler);
+                let (_, peer) = self.scalers.peers.keep(&namespace, Peer::of(&scaler));
                 index.lock().unwrap().file_peer(&namespace, &peer);
-                self.scalers.peers.keep(&namespace, peer);
             } else {
                 self.scalers.peers.remove(&namespace, &scaler.name_any());
                 self.writer
@@ -1031,8 +1090,8 @@ mod tests {
             elsewhere: true,
         };
         Peer {
-            name: name.to_owned(),
-            uid: uid.to_owned(),
+            name: name.into(),
+            uid: uid.into(),
             ..Peer::of(&scaler_of(&shape))
         }
     }
@@ -1040,16 +1099,14 @@ mod tests {
     #[test]
     fn what_is_kept_of_other_scalers_follows_the_watch_and_its_lists() {
         let others = Peers::default();
+        let keep = |ns: &str, p: Peer| others.keep(ns, p).0;
         // New, the same again, another incarnation under the name.
-        assert!(others.keep("ns", peer("a", "u-a")));
-        assert!(!others.keep("ns", peer("a", "u-a")));
-        assert!(others.keep("ns", peer("a", "u-a2")));
-        assert!(others.keep("ns", peer("b", "u-b")));
-        assert!(others.keep("other", peer("a", "u-c")));
-        assert_eq!(
-            others.get("ns", "a").map(|p| p.uid),
-            Some("u-a2".to_owned())
-        );
+        assert!(keep("ns", peer("a", "u-a")));
+        assert!(!keep("ns", peer("a", "u-a")));
+        assert!(keep("ns", peer("a", "u-a2")));
+        assert!(keep("ns", peer("b", "u-b")));
+        assert!(keep("other", peer("a", "u-c")));
+        assert_eq!(others.get("ns", "a").map(|p| p.uid), Some("u-a2".into()));
         assert_eq!(others.get("ns", "c"), None);
         // What the conflict checks read of it.
         assert_eq!(others.get("ns", "b"), Some(peer("b", "u-b")));
@@ -1064,14 +1121,44 @@ mod tests {
 
         // A list that brings only ns/a again: other/a was deleted while nothing watched.
         others.list_started();
-        assert!(!others.keep("ns", peer("a", "u-a2")));
+        assert!(!keep("ns", peer("a", "u-a2")));
         others.list_ended();
         assert_eq!(others.uids(), ["u-a2".to_owned()].into_iter().collect());
         // What the watch brings after the list stays until the next list.
-        assert!(others.keep("ns", peer("d", "u-d")));
+        assert!(keep("ns", peer("d", "u-d")));
         others.list_started();
         others.list_ended();
         assert!(others.uids().is_empty());
+    }
+
+    #[test]
+    fn a_scaler_of_another_shard_keeps_one_copy_of_its_strings() {
+        let others = Peers::default();
+        let index = Mutex::new(ScalerIndex::default());
+        let (_, first) = others.keep("ns", peer("a", "u-a"));
+        index.lock().unwrap().file_peer("ns", &first);
+        // Its next status write: the watch brings a fresh copy, the kept strings stay.
+        let (new, again) = others.keep("ns", peer("a", "u-a"));
+        assert!(!new);
+        assert!(Arc::ptr_eq(&again.uid, &first.uid));
+        assert!(Arc::ptr_eq(&again.name, &first.name));
+        assert!(Arc::ptr_eq(&again.target, &first.target));
+        index.lock().unwrap().file_peer("ns", &again);
+        // The index files the peer's own strings.
+        let filed = index.lock().unwrap().filed_under("ns", &first.target);
+        assert!(Arc::ptr_eq(&filed[0].0, &first.uid));
+        assert!(Arc::ptr_eq(&filed[0].1, &first.name));
+        let index = index.lock().unwrap();
+        let (target, _) = index.by_target["ns"].get_key_value(&*first.target).unwrap();
+        assert!(Arc::ptr_eq(target, &first.target));
+        // Retargeted: the new target is kept, the uid and name are still shared.
+        let moved = Peer {
+            target: Arc::new(TargetKey::new("apps/v1", "StatefulSet", "t9")),
+            ..peer("a", "u-a")
+        };
+        let (_, moved) = others.keep("ns", moved);
+        assert!(Arc::ptr_eq(&moved.uid, &first.uid));
+        assert_eq!(moved.target.name, "t9");
     }
 
     proptest! {
@@ -1172,14 +1259,14 @@ mod tests {
                 match &found {
                     None => prop_assert!(expected.is_empty(), "{}: missed {expected:?}", scaler.name_any()),
                     Some(name) => {
-                        prop_assert!(expected.contains(name), "{}: {name} not in {expected:?}", scaler.name_any());
+                        prop_assert!(expected.iter().any(|e| **e == **name), "{}: {name} not in {expected:?}", scaler.name_any());
                         let peers: Vec<Peer> = live
                             .iter()
                             .filter(|o| o.namespace == s.namespace)
                             .map(|o| Peer::of(&scaler_of(o)))
                             .collect();
                         let winner = peers.iter().find(|p| p.name == *name).unwrap();
-                        for other in peers.iter().filter(|p| expected.contains(&p.name)) {
+                        for other in peers.iter().filter(|p| expected.iter().any(|e| **e == *p.name)) {
                             prop_assert!(!precedes(other.order(), winner.order()), "{} came before {name}", other.name);
                         }
                     }

@@ -57,9 +57,9 @@ pub(super) fn kept_elsewhere(ctx: &Context, scaler: &LLMScaler) -> bool {
         return false;
     }
     serve_from_status(ctx, scaler);
-    let peer = Peer::of(scaler);
+    let (new, peer) = ctx.others.peers.keep(&namespace, Peer::of(scaler));
     ctx.conflicts.file_peer(&namespace, &peer);
-    if ctx.others.peers.keep(&namespace, peer) {
+    if new {
         stand_by(ctx, scaler);
     }
     true
