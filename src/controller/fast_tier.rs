@@ -1782,8 +1782,11 @@ async fn another_shards_scaler_is_served_from_its_status_and_never_looked_at_aga
     assert!(served.vouched.as_ref().is_some_and(|v| v.holds()));
 
     // The whole object, looked at (a look already due before it left the cache): no query, no
-    // write, and no look on a period.
+    // write, and no look on a period; a list is asked for, which trades any whole copy still
+    // cached for what is kept.
+    let lists = h.ctx.relist.asked();
     assert_eq!(h.sync(&scaler).await, Action::await_change());
+    assert_eq!(h.ctx.relist.asked(), lists + 1, "a list asked for");
     assert_eq!(queries.load(Ordering::SeqCst), 0, "no query");
     assert!(h.api.writes().is_empty(), "{:?}", h.api.writes());
     assert_eq!(h.cached("s"), Some(served.clone()));

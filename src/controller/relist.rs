@@ -42,6 +42,12 @@ impl Relist {
     fn asks(&self) -> watch::Receiver<u64> {
         self.0.subscribe()
     }
+
+    /// How many times a list was asked for.
+    #[cfg(test)]
+    pub fn asked(&self) -> u64 {
+        *self.0.borrow()
+    }
 }
 
 type Events = BoxStream<'static, Result<watcher::Event<LLMScaler>, watcher::Error>>;
