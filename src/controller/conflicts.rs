@@ -320,26 +320,32 @@ impl Peer {
         }
     }
 
-    /// `self`, sharing the strings of `before` where they are the same (the watch brings a
-    /// scaler at each of its status writes, and each would otherwise copy them again).
-    fn sharing(self, before: &Self) -> Self {
+    /// [`Self::of`], reusing the strings of `before` (what was kept of it) where they are the
+    /// same: the watch brings a scaler of another shard at each of its leader's status writes,
+    /// and each would otherwise copy them again.
+    /// `name` is the scaler's ([`ResourceExt::name_any`]).
+    fn of_reusing(scaler: &LLMScaler, name: &str, before: &Self) -> Self {
+        let reused = |now: &str, kept: &Arc<str>| -> Arc<str> {
+            if now == &**kept {
+                kept.clone()
+            } else {
+                now.into()
+            }
+        };
+        let target = &scaler.spec.target_ref;
         Self {
-            uid: if self.uid == before.uid {
-                before.uid.clone()
-            } else {
-                self.uid
-            },
-            name: if self.name == before.name {
-                before.name.clone()
-            } else {
-                self.name
-            },
-            target: if self.target == before.target {
+            uid: reused(
+                scaler.metadata.uid.as_deref().unwrap_or_default(),
+                &before.uid,
+            ),
+            name: reused(name, &before.name),
+            target: if before.target.is(target) {
                 before.target.clone()
             } else {
-                self.target
+                Arc::new(TargetKey::of(target))
             },
-            ..self
+            created: created(scaler),
+            dry_run: super::annotations::is_dry_run(scaler),
         }
     }
 }
@@ -367,23 +373,26 @@ impl Peers {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Keeps `peer` of `namespace`: whether that incarnation was not kept before, and the
+    /// Keeps the [`Peer`] of `scaler`: whether that incarnation was not kept before, and the
     /// Peer kept (which shares what it can with the one kept before: file that one).
-    pub fn keep(&self, namespace: &str, peer: Peer) -> (bool, Peer) {
+    pub fn keep(&self, scaler: &LLMScaler) -> (bool, Peer) {
+        let namespace = scaler.metadata.namespace.as_deref().unwrap_or_default();
         let mut kept = self.lock();
         let list = kept.list;
         let names = match kept.peers.get_mut(namespace) {
             Some(names) => names,
             None => kept.peers.entry(namespace.to_owned()).or_default(),
         };
-        match names.get_mut(&*peer.name) {
+        let name = scaler.name_any();
+        match names.get_mut(name.as_str()) {
             Some(entry) => {
+                let peer = Peer::of_reusing(scaler, &name, &entry.0);
                 let new = entry.0.uid != peer.uid;
-                let peer = peer.sharing(&entry.0);
                 *entry = (peer.clone(), list);
                 (new, peer)
             }
             None => {
+                let peer = Peer::of(scaler);
                 names.insert(peer.name.clone(), (peer.clone(), list));
                 (true, peer)
             }
@@ -1031,7 +1040,7 @@ mod tests {
             if s.elsewhere {
                 self.writer
                     .apply_watcher_event(&watcher::Event::Delete(scaler.clone()));
-                let (_, peer) = self.scalers.peers.keep(&namespace, Peer::of(&scaler));
+                let (_, peer) = self.scalers.peers.keep(&scaler);
                 index.lock().unwrap().file_peer(&namespace, &peer);
             } else {
                 self.scalers.peers.remove(&namespace, &scaler.name_any());
@@ -1077,7 +1086,8 @@ mod tests {
         ]
     }
 
-    fn peer(name: &str, uid: &str) -> Peer {
+    /// A scaler of namespace `ns` named `name`, incarnation `uid`.
+    fn scaler(ns: &str, name: &str, uid: &str) -> LLMScaler {
         let shape = Spec {
             namespace: 0,
             name: 0,
@@ -1089,27 +1099,30 @@ mod tests {
             dry_run: false,
             elsewhere: true,
         };
-        Peer {
-            name: name.into(),
-            uid: uid.into(),
-            ..Peer::of(&scaler_of(&shape))
-        }
+        let mut scaler = scaler_of(&shape);
+        scaler.metadata.namespace = Some(ns.to_owned());
+        scaler.metadata.name = Some(name.to_owned());
+        scaler.metadata.uid = Some(uid.to_owned());
+        scaler
     }
 
     #[test]
     fn what_is_kept_of_other_scalers_follows_the_watch_and_its_lists() {
         let others = Peers::default();
-        let keep = |ns: &str, p: Peer| others.keep(ns, p).0;
+        let keep = |ns: &str, name: &str, uid: &str| others.keep(&scaler(ns, name, uid)).0;
         // New, the same again, another incarnation under the name.
-        assert!(keep("ns", peer("a", "u-a")));
-        assert!(!keep("ns", peer("a", "u-a")));
-        assert!(keep("ns", peer("a", "u-a2")));
-        assert!(keep("ns", peer("b", "u-b")));
-        assert!(keep("other", peer("a", "u-c")));
+        assert!(keep("ns", "a", "u-a"));
+        assert!(!keep("ns", "a", "u-a"));
+        assert!(keep("ns", "a", "u-a2"));
+        assert!(keep("ns", "b", "u-b"));
+        assert!(keep("other", "a", "u-c"));
         assert_eq!(others.get("ns", "a").map(|p| p.uid), Some("u-a2".into()));
         assert_eq!(others.get("ns", "c"), None);
         // What the conflict checks read of it.
-        assert_eq!(others.get("ns", "b"), Some(peer("b", "u-b")));
+        assert_eq!(
+            others.get("ns", "b"),
+            Some(Peer::of(&scaler("ns", "b", "u-b")))
+        );
 
         // Led here now (or deleted).
         others.remove("ns", "b");
@@ -1121,11 +1134,11 @@ mod tests {
 
         // A list that brings only ns/a again: other/a was deleted while nothing watched.
         others.list_started();
-        assert!(!keep("ns", peer("a", "u-a2")));
+        assert!(!keep("ns", "a", "u-a2"));
         others.list_ended();
         assert_eq!(others.uids(), ["u-a2".to_owned()].into_iter().collect());
         // What the watch brings after the list stays until the next list.
-        assert!(keep("ns", peer("d", "u-d")));
+        assert!(keep("ns", "d", "u-d"));
         others.list_started();
         others.list_ended();
         assert!(others.uids().is_empty());
@@ -1135,10 +1148,10 @@ mod tests {
     fn a_scaler_of_another_shard_keeps_one_copy_of_its_strings() {
         let others = Peers::default();
         let index = Mutex::new(ScalerIndex::default());
-        let (_, first) = others.keep("ns", peer("a", "u-a"));
+        let (_, first) = others.keep(&scaler("ns", "a", "u-a"));
         index.lock().unwrap().file_peer("ns", &first);
         // Its next status write: the watch brings a fresh copy, the kept strings stay.
-        let (new, again) = others.keep("ns", peer("a", "u-a"));
+        let (new, again) = others.keep(&scaler("ns", "a", "u-a"));
         assert!(!new);
         assert!(Arc::ptr_eq(&again.uid, &first.uid));
         assert!(Arc::ptr_eq(&again.name, &first.name));
@@ -1152,11 +1165,10 @@ mod tests {
         let (target, _) = index.by_target["ns"].get_key_value(&*first.target).unwrap();
         assert!(Arc::ptr_eq(target, &first.target));
         // Retargeted: the new target is kept, the uid and name are still shared.
-        let moved = Peer {
-            target: Arc::new(TargetKey::new("apps/v1", "StatefulSet", "t9")),
-            ..peer("a", "u-a")
-        };
-        let (_, moved) = others.keep("ns", moved);
+        let mut moved = scaler("ns", "a", "u-a");
+        moved.spec.target_ref.kind = "StatefulSet".into();
+        moved.spec.target_ref.name = "t9".into();
+        let (_, moved) = others.keep(&moved);
         assert!(Arc::ptr_eq(&moved.uid, &first.uid));
         assert_eq!(moved.target.name, "t9");
     }
@@ -1184,7 +1196,7 @@ mod tests {
             for s in &live {
                 let scaler = scaler_of(s);
                 if s.elsewhere {
-                    others.keep(&format!("ns{}", s.namespace), Peer::of(&scaler));
+                    others.keep(&scaler);
                 } else {
                     writer.apply_watcher_event(&watcher::Event::InitApply(scaler));
                 }

@@ -19,7 +19,7 @@ use kube::ResourceExt;
 use tokio_util::sync::CancellationToken;
 
 use super::Context;
-use super::conflicts::{Peer, Peers};
+use super::conflicts::Peers;
 use crate::api::LLMScaler;
 use crate::leader::{Leadership, ShardGains};
 use crate::metric_cache::{CachedMetric, ScalerKey, ScalerSnapshot, Vouch};
@@ -45,7 +45,7 @@ impl Others {
 }
 
 /// For a scaler as the watch brings it: true when another replica leads it; its values are then
-/// served from its status and only a [`Peer`] of it is kept (the controller's cache is not to
+/// served from its status and only a [`Peer`](super::conflicts::Peer) of it is kept (the controller's cache is not to
 /// hold it, and it is never looked at here). False: this replica evaluates it.
 pub(super) fn kept_elsewhere(ctx: &Context, scaler: &LLMScaler) -> bool {
     if !ctx.leadership.sharded() {
@@ -57,7 +57,7 @@ pub(super) fn kept_elsewhere(ctx: &Context, scaler: &LLMScaler) -> bool {
         return false;
     }
     serve_from_status(ctx, scaler);
-    let (new, peer) = ctx.others.peers.keep(&namespace, Peer::of(scaler));
+    let (new, peer) = ctx.others.peers.keep(scaler);
     ctx.conflicts.file_peer(&namespace, &peer);
     if new {
         stand_by(ctx, scaler);
@@ -67,7 +67,7 @@ pub(super) fn kept_elsewhere(ctx: &Context, scaler: &LLMScaler) -> bool {
 
 /// For a scaler of the controller's cache, at a sync: true when another replica leads it now
 /// (its shard was lost since the watch brought it); its values are served from its status, and
-/// the scalers are listed again, which keeps only a [`Peer`] of it. Nothing more is done with it
+/// the scalers are listed again, which keeps only a [`Peer`](super::conflicts::Peer) of it. Nothing more is done with it
 /// until its shard is won again, when the list that win asks for brings it back as new (see
 /// [`relist_on_gains`]). False: this replica evaluates it.
 pub(super) fn elsewhere(scaler: &LLMScaler, ctx: &Context) -> bool {

@@ -828,16 +828,10 @@ mod tests {
             idle_since: Some(quiet),
             woke_at: Some(t(5)),
         };
-        let outcome = Outcome::Decided {
-            decision: &d,
-            target: &target,
-            target_uid: "t1",
-            wrote: false,
-            startup: None,
-            zero: Some(&zero),
-            syncs_without_signal: 0,
-            objective: None,
-        };
+        let mut outcome = plain(&d, &target, false);
+        if let Outcome::Decided { zero: stored, .. } = &mut outcome {
+            *stored = Some(&zero);
+        }
         let s = render(None, &scaler, &outcome, quiet);
         // As the next sync reads it: through the API server's JSON.
         let stored: LLMScalerStatus =
