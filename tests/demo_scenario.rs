@@ -144,7 +144,7 @@ fn run_demo() -> Run {
                 now: epoch + SignedDuration::from_secs_f64(real),
                 latency_unread: None,
             };
-            let step = law(&input, &stages, None, None, stored);
+            let step = law(&input, &stages, None, None, stored.clone());
             stored.syncs_without_signal = step.syncs_without_signal;
             memory = step.decision.memory;
             if let Some(write) = step.decision.write {

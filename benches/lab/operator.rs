@@ -11,9 +11,10 @@ use llmscaleoperator::api::objective::{DEFAULT_PRIOR, rules as objective_rules};
 use llmscaleoperator::api::validation::parse_target;
 use llmscaleoperator::api::{LLMScalerSpec, ScaleDownBehavior};
 use llmscaleoperator::scaling::{
-    Bounds as OpBounds, Capacity, Input, Latency, Learned, Memory, MetricReading, OBJECTIVE_METRIC,
-    ObjectiveReading, Pause, Signal as OpSignal, SkipReason, Stored, TargetState, TargetType,
-    Unreadable, WINDOW_SECONDS, ZeroMemory, ZeroRules, effective_startup, law, learn_startup,
+    Bounds as OpBounds, Capacity, Input, Latency, Learned, LoadCurve, Memory, MetricReading,
+    OBJECTIVE_METRIC, ObjectiveReading, Pause, Signal as OpSignal, SkipReason, Stored, TargetState,
+    TargetType, Unreadable, WINDOW_SECONDS, ZeroMemory, ZeroRules, effective_startup, law,
+    learn_startup,
 };
 use llmscaleoperator_sim::lab::exported::Buckets;
 use llmscaleoperator_sim::lab::metrics::{Gauge, OverTime};
@@ -65,6 +66,8 @@ pub struct Operator {
     reads_kv_cache: bool,
     /// The capacity learned for the objective (the law's stored estimate), under one.
     capacity: Option<Capacity>,
+    /// The objective's load curve, kept between syncs as the controller keeps it.
+    curve: LoadCurve,
 }
 
 fn cumulative(b: &Buckets) -> Vec<(f64, f64)> {
@@ -143,6 +146,7 @@ impl Operator {
             pause: None,
             reads_kv_cache: false,
             capacity: None,
+            curve: LoadCurve::default(),
         }
     }
 
@@ -366,6 +370,7 @@ impl Policy for Operator {
             zero: self.zero_memory,
             syncs_without_signal: self.syncs_without_signal,
             capacity: self.capacity,
+            curve: std::mem::take(&mut self.curve),
         };
         // What the controller reads for the objective: the composed queries, and the newest Ready
         // time among the pods (status.startup.lastReadyTime).
@@ -390,6 +395,7 @@ impl Policy for Operator {
         );
         if let Some(learnt) = &step.objective {
             self.capacity = Some(learnt.capacity);
+            self.curve = learnt.curve.clone();
             // OBJECTIVE_TRACE=1 prints what each sync learned (for studying the estimator).
             if std::env::var_os("OBJECTIVE_TRACE").is_some() {
                 eprintln!(

@@ -3,7 +3,8 @@
 //! (the lifecycle of KEDA's ScalersCache), instead of a map per concern each cleaned by hand.
 //!
 //! None of it needs to survive a restart: what is told once is told once more, marks are looked
-//! for again, and the demand samples are refitted within one start-up delay.
+//! for again, the demand samples are refitted within one start-up delay, and the objective's
+//! load curve, which only ever caps the learned capacity, fills again from the next windows.
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -12,7 +13,7 @@ use std::time::SystemTime;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use crate::scaling::Sample;
+use crate::scaling::{LoadCurve, Sample};
 
 /// [`Memories::first_time`] topic of a scaler's first sight in this process: a scaler seen for
 /// the first time since a start waits for its own slot (see `reconcile`), one taken over from
@@ -37,6 +38,8 @@ struct Record {
     /// Recent demand, which the look-ahead fits its trend to. It changes every sync, so it is
     /// not worth a status write.
     samples: Vec<Sample>,
+    /// The objective's load curve: it too changes every sync.
+    curve: LoadCurve,
     /// The instant the next sync is due (wall clock), as last requeued: how late it runs is the
     /// operator's `sync_lateness_seconds`.
     due: Option<SystemTime>,
@@ -130,6 +133,15 @@ impl Memories {
 
     pub fn set_samples(&self, uid: &str, samples: Vec<Sample>) {
         self.with(uid, |r| r.samples = samples);
+    }
+
+    /// The objective's load curve remembered for a scaler (empty for a new one).
+    pub fn curve(&self, uid: &str) -> LoadCurve {
+        self.with(uid, |r| r.curve.clone())
+    }
+
+    pub fn set_curve(&self, uid: &str, curve: LoadCurve) {
+        self.with(uid, |r| r.curve = curve);
     }
 
     /// Remembers when the scaler's next sync is due.

@@ -38,8 +38,9 @@ use crate::names::{
     PAUSED_ANNOTATION, PAUSED_REPLICAS_ANNOTATION,
 };
 use crate::scaling::{
-    Bounds, Decision, HoldReason, Input, Learnt, MetricReading, ObjectiveReading, Pause, Reason,
-    Signal, SkipReason, Step, Stored, TargetState, Unreadable, ZeroMemory, effective_startup, law,
+    Bounds, Decision, HoldReason, Input, Learnt, LoadCurve, MetricReading, ObjectiveReading, Pause,
+    Reason, Signal, SkipReason, Step, Stored, TargetState, Unreadable, ZeroMemory,
+    effective_startup, law,
 };
 use crate::signals::read::WhenEmpty;
 use crate::signals::{decision_server, gate, http};
@@ -368,6 +369,10 @@ async fn observe(
         zero: status::stored_zero(scaler.status.as_ref()),
         syncs_without_signal: status::stored_syncs_without_signal(scaler.status.as_ref()),
         capacity: stored_capacity,
+        curve: match &stages.objective {
+            Some(_) => ctx.memory.curve(&uid),
+            None => LoadCurve::default(),
+        },
     };
     let objective_read = latency_read.map(|latency| ObjectiveReading {
         latency,
@@ -384,6 +389,9 @@ async fn observe(
     } = law(&input, &stages, activation, objective_read.as_ref(), stored);
     ctx.memory
         .set_samples(&uid, decision.memory.samples.clone());
+    if let Some(learnt) = &objective {
+        ctx.memory.set_curve(&uid, learnt.curve.clone());
+    }
     Ok(Observed {
         decision,
         target: observed,

@@ -13,7 +13,7 @@ use crate::api::{ObjectiveStatus, StartupStatus};
 use crate::scaling::{
     AwakeWait, Capacity, Change, Decision, DeferReason, Direction, Entry, HoldReason, Kept,
     Learned, Learnt, Lesson, LimitReason, Memory, Pause, Reason, Share, TargetState, ZeroMemory,
-    ZeroReason, zero_phase,
+    ZeroReason, objective_missed, zero_phase,
 };
 
 pub const READY: &str = "Ready";
@@ -292,6 +292,12 @@ pub fn lesson(lesson: &Lesson) -> String {
             n(from),
             n(to)
         ),
+        Lesson::Capped { from, to, at } => format!(
+            "the load-latency curve of the last hour puts the objective's limit at {} requests running per pod: capacity lowered from {} to {}",
+            n(at),
+            n(from),
+            n(to)
+        ),
         Lesson::Kept(kept) => match kept {
             Kept::NothingMeasured => {
                 "capacity kept: no latency histogram could be read or none had a request".to_owned()
@@ -362,12 +368,7 @@ pub(super) fn objective_met(
         };
     };
     let attained = format!("{:.2}", 100.0 * (1.0 - late.at_most));
-    let missed = matches!(
-        learnt.lesson,
-        Lesson::Lowered { .. }
-            | Lesson::Kept(Kept::AlreadyBelow { .. } | Kept::MissedUnsettled { .. })
-    );
-    if !missed {
+    if !objective_missed(&learnt.lesson) {
         return (
             true,
             "Met",

@@ -221,6 +221,9 @@ pub enum Lesson {
     Raised { from: f64, to: f64, load: f64 },
     /// The objective held near the estimate: the estimate probes a little above it.
     Probed { from: f64, to: f64 },
+    /// The load curve puts the load where the objective would miss at `at`, below what the
+    /// estimate allows: the estimate came down toward it (the curve of the objective's stage).
+    Capped { from: f64, to: f64, at: f64 },
     /// Nothing moved the estimate.
     Kept(Kept),
 }

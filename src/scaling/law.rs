@@ -11,6 +11,7 @@
 //! 3. a pause, which takes the write but leaves the windows recording what the signal said.
 
 use super::capacity::Capacity;
+use super::curve::LoadCurve;
 use super::decision::decide;
 use super::fallback::{FallbackRules, SignalHealth, health, with_fallback};
 use super::objective::{
@@ -31,9 +32,10 @@ pub struct Stages {
     pub pause: Option<Pause>,
 }
 
-/// What the law remembers between syncs besides [`Input::memory`] (kept in status, so a restart
-/// keeps it).
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+/// What the law remembers between syncs besides [`Input::memory`]: the timers, the count and the
+/// capacity are kept in status, so a restart keeps them; the load curve changes at every sync
+/// and is kept in the process (a restart starts it afresh).
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Stored {
     /// The scale-to-zero timers.
     pub zero: ZeroMemory,
@@ -41,6 +43,8 @@ pub struct Stored {
     pub syncs_without_signal: u32,
     /// The capacity learned for the objective (none: the prior).
     pub capacity: Option<Capacity>,
+    /// The objective's load curve.
+    pub curve: LoadCurve,
 }
 
 /// One step of the law: the decision and what to store for the next.
@@ -73,6 +77,7 @@ pub fn law(
         .map(|(rules, reading)| {
             learn_objective(
                 stored.capacity,
+                &stored.curve,
                 reading,
                 objective_value(&input.signal),
                 &input.target,

@@ -9,6 +9,7 @@
 
 mod behavior;
 mod capacity;
+mod curve;
 mod decision;
 mod fallback;
 #[cfg(test)]
@@ -31,13 +32,14 @@ pub use capacity::{
     Capacity, CapacityRules, Evidence, HistogramError, Kept, Lesson, Share,
     learn as learn_capacity, share_above,
 };
+pub use curve::LoadCurve;
 pub use decision::decide;
 pub use fallback::{FallbackRules, SignalHealth, health as signal_health, with_fallback};
 pub use forecast::Sample;
 pub use law::{Stages, Step, Stored, law};
 pub use objective::{
     Latency, Learnt, OBJECTIVE_METRIC, ObjectiveReading, ObjectiveRules, WINDOW_SECONDS,
-    late_share, learn_objective, settled as objective_settled,
+    late_share, learn_objective, missed as objective_missed, settled as objective_settled,
 };
 pub use pause::paused;
 pub use recommend::{SkipReason, TargetType, ratio_recommendation};

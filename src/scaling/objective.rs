@@ -5,12 +5,16 @@
 //! that missed (queued longer than the part of the TTFT budget left after prefill, or produced
 //! tokens slower than the TPOT budget), and the requests one Ready pod ran meanwhile. The learned
 //! capacity becomes the target of the reading named [`OBJECTIVE_METRIC`]; the rest of the law is
-//! unchanged. A latency signal that cannot be read keeps the estimate and defers every
-//! scale-down: a gap in the evidence is never read as a met objective.
+//! unchanged. The same window also adds a point to the load curve ([`super::curve`]), which caps
+//! the estimate from above. A latency signal that cannot be read keeps the estimate and defers
+//! every scale-down: a gap in the evidence is never read as a met objective.
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::capacity::{Capacity, CapacityRules, HistogramError, Lesson, Share, learn, share_above};
+use super::capacity::{
+    Capacity, CapacityRules, HistogramError, Kept, Lesson, Share, learn, share_above,
+};
+use super::curve::{LoadCurve, Point, cap};
 use super::types::{Input, Memory, Signal, TargetState};
 use super::unreadable::Unreadable;
 pub use crate::names::OBJECTIVE_METRIC;
@@ -81,6 +85,8 @@ pub struct ObjectiveReading {
 pub struct Learnt {
     pub capacity: Capacity,
     pub lesson: Lesson,
+    /// The load curve with this sync's window added (kept in the process for the next).
+    pub curve: LoadCurve,
     /// The share of the window's requests that missed, when the histograms told.
     pub late: Option<Share>,
     /// Why the latency signal could not be read (scale-downs wait for it).
@@ -106,6 +112,24 @@ fn either(a: Share, b: Share) -> Share {
     }
 }
 
+/// The share of the window's requests that came close to the objective: above the histogram
+/// bucket bound just below each budget. `None` when a budget has no bound below it, or the
+/// histogram cannot be read.
+pub fn close_share(latency: &Latency, rules: &ObjectiveRules) -> Option<Share> {
+    let below = |histogram: &[(f64, f64)], budget: f64| {
+        let bound = histogram
+            .iter()
+            .map(|(le, _)| *le)
+            .filter(|le| *le > 0.0 && *le < budget)
+            .reduce(f64::max)?;
+        share_above(histogram, bound).ok()
+    };
+    Some(either(
+        below(&latency.queue, rules.queue_budget)?,
+        below(&latency.tpot, rules.tpot_budget)?,
+    ))
+}
+
 /// The share of the window's requests that missed the objective.
 pub fn late_share(latency: &Latency, rules: &ObjectiveRules) -> Result<Share, HistogramError> {
     let queue = share_above(&latency.queue, rules.queue_budget)?;
@@ -128,6 +152,7 @@ pub fn settled(target: &TargetState, newest_ready: Option<Timestamp>, now: Times
 /// `current` is the objective reading's value at this sync (requests in flight per pod).
 pub fn learn_objective(
     stored: Option<Capacity>,
+    curve: &LoadCurve,
     reading: &ObjectiveReading,
     current: Option<f64>,
     target: &TargetState,
@@ -143,6 +168,7 @@ pub fn learn_objective(
                 headroom: headroom(current, &capacity),
                 capacity,
                 lesson,
+                curve: curve.add(None, now, WINDOW_SECONDS),
                 late: None,
                 unread: Some(why.clone()),
             };
@@ -154,20 +180,59 @@ pub fn learn_objective(
         Err(HistogramError::Empty) => (None, None),
         Err(broken) => (None, Some(Unreadable::new(broken))),
     };
+    let settled = settled(target, reading.newest_ready, now);
     let evidence = late.map(|late| super::capacity::Evidence {
         load: latency.load,
         late,
-        settled: settled(target, reading.newest_ready, now),
+        settled,
         current,
     });
-    let (capacity, lesson) = learn(capacity, evidence, &rules.capacity);
+    let from = capacity.per_pod;
+    let (mut capacity, mut lesson) = learn(capacity, evidence, &rules.capacity);
+    // The curve learns from a settled fleet only, as a raise does: while pods start, the load
+    // the window measured is not the one its requests were served at.
+    let point = late
+        .zip(close_share(latency, rules))
+        .filter(|_| settled)
+        .map(|(late, close)| Point {
+            load: latency.load,
+            requests: late.observations,
+            warned: close.at_most,
+            late: late.at_most,
+        });
+    let curve = curve.add(point, now, WINDOW_SECONDS);
+    // A miss has already lowered the estimate by the rules' own cut. While the objective holds,
+    // the cap stops at the load the pods carry now: it readies the fleet for a rise, and never
+    // grows a fleet whose objective is met.
+    let met = late.is_some_and(|l| l.at_most <= rules.capacity.allowed_miss);
+    let lowest = match current.filter(|c| c.is_finite() && met) {
+        Some(current) => current.max(rules.capacity.floor),
+        None => rules.capacity.floor,
+    };
+    if !missed(&lesson)
+        && let Some(at) = curve.capacity(rules.capacity.allowed_miss)
+        && let Some(to) = cap(capacity.per_pod, at, lowest)
+    {
+        capacity.per_pod = to;
+        lesson = Lesson::Capped { from, to, at };
+    }
     Learnt {
         headroom: headroom(current, &capacity),
         capacity,
         lesson,
+        curve,
         late,
         unread,
     }
+}
+
+/// The lesson says the objective was missed in the window.
+pub fn missed(lesson: &Lesson) -> bool {
+    matches!(
+        lesson,
+        Lesson::Lowered { .. }
+            | Lesson::Kept(Kept::AlreadyBelow { .. } | Kept::MissedUnsettled { .. })
+    )
 }
 
 /// The objective reading's value at this sync, if it was read.
@@ -290,6 +355,7 @@ mod tests {
     fn a_clear_miss_lowers_the_prior_and_a_settled_pass_raises_it() {
         let missed = learn_objective(
             None,
+            &LoadCurve::default(),
             &reading(400.0, 40.0, 3.0),
             None,
             &target(2, 2),
@@ -302,6 +368,7 @@ mod tests {
 
         let passed = learn_objective(
             None,
+            &LoadCurve::default(),
             &reading(400.0, 0.0, 4.0),
             None,
             &target(2, 2),
@@ -314,10 +381,26 @@ mod tests {
     #[test]
     fn a_pass_while_a_pod_became_ready_inside_the_window_raises_nothing() {
         let r = reading(400.0, 0.0, 4.0);
-        let fresh = learn_objective(None, &r, None, &target(2, 2), t(30), &rules());
+        let fresh = learn_objective(
+            None,
+            &LoadCurve::default(),
+            &r,
+            None,
+            &target(2, 2),
+            t(30),
+            &rules(),
+        );
         assert_eq!(fresh.capacity.per_pod, 4.0);
         assert_eq!(fresh.lesson, Lesson::Kept(Kept::Unsettled { load: 4.0 }));
-        let starting = learn_objective(None, &r, None, &target(3, 2), t(600), &rules());
+        let starting = learn_objective(
+            None,
+            &LoadCurve::default(),
+            &r,
+            None,
+            &target(3, 2),
+            t(600),
+            &rules(),
+        );
         assert_eq!(starting.capacity.per_pod, 4.0);
     }
 
@@ -331,7 +414,15 @@ mod tests {
             latency: Err(unreadable("no series")),
             newest_ready: None,
         };
-        let learnt = learn_objective(stored, &gone, None, &target(2, 2), t(600), &rules());
+        let learnt = learn_objective(
+            stored,
+            &LoadCurve::default(),
+            &gone,
+            None,
+            &target(2, 2),
+            t(600),
+            &rules(),
+        );
         assert_eq!(Some(learnt.capacity), stored);
         assert_eq!(learnt.unread, Some(unreadable("no series")));
         assert_eq!(learnt.headroom, None, "no in-flight reading, no headroom");
@@ -340,7 +431,15 @@ mod tests {
         if let Ok(latency) = &mut broken.latency {
             latency.tpot.pop();
         }
-        let learnt = learn_objective(stored, &broken, None, &target(2, 2), t(600), &rules());
+        let learnt = learn_objective(
+            stored,
+            &LoadCurve::default(),
+            &broken,
+            None,
+            &target(2, 2),
+            t(600),
+            &rules(),
+        );
         assert_eq!(Some(learnt.capacity), stored);
         assert!(learnt.unread.is_some());
     }
@@ -354,6 +453,7 @@ mod tests {
         // Far below the estimate: nothing is learned, three quarters of it are spare.
         let spare = learn_objective(
             stored,
+            &LoadCurve::default(),
             &reading(400.0, 0.0, 2.0),
             Some(2.0),
             &target(2, 2),
@@ -365,6 +465,7 @@ mod tests {
         // A clear miss at 6: measured against the estimate it lowered, the pods run over it.
         let over = learn_objective(
             stored,
+            &LoadCurve::default(),
             &reading(400.0, 40.0, 6.0),
             Some(6.0),
             &target(2, 2),
@@ -379,10 +480,101 @@ mod tests {
         );
     }
 
+    /// A curve of 30 minutes of windows at 3–7 requests per pod, where the share of requests
+    /// close to a budget is 50% at 8 and a quarter of those miss: the objective's limit is near
+    /// 5.35 per pod.
+    fn curve_near_5() -> LoadCurve {
+        let mut curve = LoadCurve::default();
+        for i in 0..120 {
+            let load = 3.0 + f64::from(i % 5);
+            let close = 1.0 / (1.0 + (-1.2 * (load - 8.0)).exp());
+            let point = Point {
+                load,
+                requests: 300.0,
+                warned: close,
+                late: close / 4.0,
+            };
+            curve = curve.add(Some(point), t(15 * i64::from(i)), WINDOW_SECONDS);
+        }
+        curve
+    }
+
+    #[test]
+    fn the_load_curve_brings_an_estimate_above_its_limit_down_a_step_at_a_time() {
+        let curve = curve_near_5();
+        let limit = curve.capacity(0.01).expect("enough points");
+        let mut stored = Some(Capacity::prior(12.0));
+        let mut curve = curve;
+        let mut steps = 0;
+        let now = |k: i64| t(15 * 120 + 15 * k);
+        loop {
+            // The objective holds at 3 requests running per pod, 3 in flight.
+            let learnt = learn_objective(
+                stored,
+                &curve,
+                &reading(300.0, 0.0, 3.0),
+                Some(3.0),
+                &target(4, 4),
+                now(steps),
+                &rules(),
+            );
+            let from = stored.map_or(4.0, |c| c.per_pod);
+            match learnt.lesson {
+                Lesson::Capped { to, at, .. } => {
+                    assert!(to >= from * 0.95 - 1e-9 && to < from, "{from} → {to}");
+                    assert!((at - limit).abs() < 0.5, "{at} against {limit}");
+                }
+                other => {
+                    assert!(from <= limit + 0.5, "stopped at {from}: {other:?}");
+                    break;
+                }
+            }
+            stored = Some(learnt.capacity);
+            curve = learnt.curve;
+            steps += 1;
+            assert!(steps < 40, "never settled");
+        }
+        // Down from 12 by 5% a sync: about 16 syncs, four minutes.
+        assert!((10..=25).contains(&steps), "{steps} syncs");
+        let settled = stored.map(|c| c.per_pod).unwrap_or_default();
+        assert!((settled - limit).abs() < 0.5, "{settled} against {limit}");
+
+        // While the objective holds at 6 in flight, the cap stops there: the fleet is not grown.
+        let held = learn_objective(
+            Some(Capacity::prior(6.2)),
+            &curve_near_5(),
+            &reading(300.0, 0.0, 3.0),
+            Some(6.0),
+            &target(4, 4),
+            now(0),
+            &rules(),
+        );
+        assert_eq!(
+            held.lesson,
+            Lesson::Capped {
+                from: 6.2,
+                to: 6.0,
+                at: held.curve.capacity(0.01).unwrap_or(f64::NAN)
+            }
+        );
+        // Not while pods start: the window's load is not what its requests were served at.
+        let starting = learn_objective(
+            None,
+            &LoadCurve::default(),
+            &reading(300.0, 0.0, 3.0),
+            None,
+            &target(5, 4),
+            t(600),
+            &rules(),
+        );
+        assert_eq!(starting.curve, LoadCurve::default());
+    }
+
     #[test]
     fn a_window_without_requests_is_no_evidence_and_no_fault() {
         let learnt = learn_objective(
             None,
+            &LoadCurve::default(),
             &reading(0.0, 0.0, 0.0),
             None,
             &target(2, 2),
@@ -423,6 +615,7 @@ mod tests {
         let learnt = Learnt {
             capacity: Capacity::prior(5.0),
             lesson: Lesson::Kept(Kept::NothingMeasured),
+            curve: LoadCurve::default(),
             late: None,
             unread: None,
             headroom: None,
@@ -512,14 +705,24 @@ mod tests {
             }
 
             /// A settled fleet whose load is steady and whose objective holds far below its
-            /// capacity is left where it is.
+            /// capacity is left where it is, whatever the load curve says: it may lower the
+            /// estimate, never below what the pods carry.
             #[test]
             fn a_met_objective_at_a_steady_load_leaves_a_settled_fleet_alone(
                 spec in 1i32..20,
                 per_pod in 1.0f64..50.0,
+                points in proptest::collection::vec(
+                    (0.0f64..60.0, 0.0f64..500.0, 0.0f64..1.0, 0.0f64..1.0),
+                    0..60,
+                ),
             ) {
+                let mut curve = LoadCurve::default();
+                for (i, (load, requests, warned, late)) in points.into_iter().enumerate() {
+                    let point = Point { load, requests, warned: warned.max(late), late };
+                    curve = curve.add(Some(point), t(15 * i as i64 - 900), WINDOW_SECONDS);
+                }
                 // Each pod carries just under the capacity: the ratio asks for what runs.
-                let value = per_pod * 0.95;
+                let value = per_pod * 0.98;
                 let input = objective_input(value, spec, spec, 1, 40);
                 let reading = ObjectiveReading {
                     latency: Ok(Latency {
@@ -532,11 +735,14 @@ mod tests {
                 let stages = Stages { objective: Some(rules()), ..Stages::default() };
                 let stored = Stored {
                     capacity: Some(Capacity::prior(per_pod)),
+                    curve,
                     ..Stored::default()
                 };
                 let step = law(&input, &stages, None, Some(&reading), stored);
                 prop_assert_eq!(step.decision.write, None);
-                prop_assert_eq!(step.objective.map(|l| l.capacity.per_pod), Some(per_pod));
+                let learnt = step.objective.expect("the stage ran");
+                prop_assert!(learnt.capacity.per_pod <= per_pod);
+                prop_assert!(learnt.capacity.per_pod >= value, "{:?}", learnt.lesson);
             }
         }
     }
