@@ -1528,27 +1528,29 @@ async fn prometheus_window(window: Arc<Mutex<Window>>) -> String {
     serve(app).await
 }
 
-/// The cross-path test for the objective: the lab's pods export histograms and gauges, the
+/// One pod's 15 s in the objective's cross-path tests: requests running, requests finished, how
+/// many of them queued close to the budget but in time (0.9 s of 1 s), how many queued too long;
+/// `None`: nothing is scraped (Prometheus lost its targets).
+type PodStep = Option<(f64, u64, u64, u64)>;
+
+/// What the controller and the lab entrant did, sync by sync, on the same steps.
+struct CrossPath {
+    by_controller: Vec<i64>,
+    learnt_by_controller: Vec<Option<f64>>,
+    /// `status.objective.lesson` after each of the controller's syncs.
+    lessons: Vec<String>,
+}
+
+/// The lab's pods export histograms and gauges for `steps`, every 15 s of one clock; the
 /// controller reads what a Prometheus would answer the composed queries with over the same
-/// window, and both decide the same replica counts and learn the same capacity, sync by sync,
-/// through a pass (the estimate rises), a miss (it falls), an outage (every series gone: the
-/// scale-down waits) and a quiet spell (it comes down).
-#[tokio::test]
-async fn the_controller_and_the_lab_entrant_learn_the_objective_alike() {
+/// window (whole syncs, the status stored between them), and the lab entrant reads the pods.
+/// Both must decide the same replica counts and learn the same capacity, sync by sync.
+async fn objective_cross_path(steps: &[PodStep]) -> CrossPath {
     use llmscaleoperator_sim::lab::exported::Exported as PodExported;
     use llmscaleoperator_sim::lab::metrics::{PodSample, Scrapes};
     use llmscaleoperator_sim::lab::policy::{Bounds, PodState, Policy, View};
 
     const PODS: u32 = 4;
-    // Per step of 15 s, per pod: requests running, requests finished, how many of them queued
-    // too long; None: nothing is scraped (Prometheus lost its targets).
-    let steps: Vec<Option<(f64, u64, u64)>> = [
-        &[Some((6.0, 30, 0)); 8][..],
-        &[Some((5.0, 30, 9)); 4],
-        &[None; 4],
-        &[Some((1.0, 10, 0)); 28],
-    ]
-    .concat();
     let bounds = Bounds { min: 1, max: 10 };
     let mut entrant =
         lab_operator::Operator::objective(bounds, 4.0, lab_operator::Objective::default());
@@ -1585,12 +1587,14 @@ async fn the_controller_and_the_lab_entrant_learn_the_objective_alike() {
 
     let (mut by_controller, mut by_entrant) = (Vec::new(), Vec::new());
     let (mut learnt_by_controller, mut learnt_by_entrant) = (Vec::new(), Vec::new());
+    let mut lessons = Vec::new();
     for (i, step) in steps.iter().enumerate() {
         let t = 15.0 * (i as f64 + 1.0);
         *now.lock().unwrap_or_else(PoisonError::into_inner) = t;
-        if let Some((running, finished, late)) = *step {
+        if let Some((running, finished, close, late)) = *step {
             for (id, pod) in exported.iter_mut().enumerate() {
-                pod.queue.observe_n(0.05, finished - late);
+                pod.queue.observe_n(0.05, finished - close - late);
+                pod.queue.observe_n(0.9, close);
                 pod.queue.observe_n(5.0, late);
                 pod.tpot.observe_n(0.03, finished);
                 let sample = PodSample {
@@ -1637,6 +1641,12 @@ async fn the_controller_and_the_lab_entrant_learn_the_objective_alike() {
                 .as_str()
                 .and_then(|v| v.parse::<f64>().ok()),
         );
+        lessons.push(
+            scaler["status"]["objective"]["lesson"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        );
 
         by_entrant.push(i64::from(entrant.decide(&view)));
         learnt_by_entrant.push(entrant.learned().map(|c| c.per_pod));
@@ -1658,6 +1668,30 @@ async fn the_controller_and_the_lab_entrant_learn_the_objective_alike() {
         alike,
         "the controller and the lab entrant learned differently:\n{learnt_by_controller:?}\n{learnt_by_entrant:?}"
     );
+    CrossPath {
+        by_controller,
+        learnt_by_controller,
+        lessons,
+    }
+}
+
+/// The cross-path test for the objective, through a pass (the estimate rises), a miss (it
+/// falls), an outage (every series gone: the scale-down waits) and a quiet spell (it comes down).
+#[tokio::test]
+async fn the_controller_and_the_lab_entrant_learn_the_objective_alike() {
+    const PODS: i64 = 4;
+    let steps: Vec<PodStep> = [
+        &[Some((6.0, 30, 0, 0)); 8][..],
+        &[Some((5.0, 30, 0, 9)); 4],
+        &[None; 4],
+        &[Some((1.0, 10, 0, 0)); 28],
+    ]
+    .concat();
+    let CrossPath {
+        by_controller,
+        learnt_by_controller,
+        ..
+    } = objective_cross_path(&steps).await;
     // The run exercises every lesson: the estimate rose past the prior on the passes, fell on
     // the miss, held through the outage (no scale-down while the latency is unread), and the
     // fleet came down once the histograms were back.
@@ -1666,12 +1700,47 @@ async fn the_controller_and_the_lab_entrant_learn_the_objective_alike() {
     assert!(learnt.iter().any(|&c| c < 4.0), "{learnt:?}");
     let outage = 12..16;
     assert!(
-        by_controller[outage].iter().all(|&c| c >= i64::from(PODS)),
+        by_controller[outage].iter().all(|&c| c >= PODS),
         "{by_controller:?}"
     );
+    assert!(by_controller.iter().any(|&c| c < PODS), "{by_controller:?}");
+}
+
+/// The load curve is carried between syncs alike: the controller keeps it in its memory, the
+/// lab entrant beside its estimate. Close calls climb with the load (5%, 20%, then half the
+/// requests at 4 per pod, where 2.5% miss); the miss cuts the estimate to 3.6 and the curve,
+/// which puts the objective's limit lower, brings it down further while the fleet runs at 3.
+#[tokio::test]
+async fn the_controller_and_the_lab_entrant_cap_the_objective_by_its_load_curve_alike() {
+    let steps: Vec<PodStep> = [
+        &[Some((2.0, 40, 2, 0)); 8][..],
+        &[Some((3.0, 40, 8, 0)); 8],
+        &[Some((4.0, 40, 20, 1)); 8],
+        &[Some((3.0, 40, 8, 0)); 12],
+    ]
+    .concat();
+    let CrossPath {
+        learnt_by_controller,
+        lessons,
+        ..
+    } = objective_cross_path(&steps).await;
+    let capped: Vec<usize> = lessons
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.starts_with("the load-latency curve"))
+        .map(|(i, _)| i)
+        .collect();
+    assert!(!capped.is_empty(), "{lessons:#?}");
+    // It acted after the miss and took the estimate below the miss's cut, not below the 3 per
+    // pod the fleet carried while the objective held.
+    let lowest = learnt_by_controller
+        .iter()
+        .flatten()
+        .copied()
+        .fold(f64::INFINITY, f64::min);
     assert!(
-        by_controller.iter().any(|&c| c < i64::from(PODS)),
-        "{by_controller:?}"
+        (3.0..3.6).contains(&lowest),
+        "{learnt_by_controller:?}\n{lessons:#?}"
     );
 }
 

@@ -45,8 +45,9 @@ impl Others {
 }
 
 /// For a scaler as the watch brings it: true when another replica leads it; its values are then
-/// served from its status and only a [`Peer`](super::conflicts::Peer) of it is kept (the controller's cache is not to
-/// hold it, and it is never looked at here). False: this replica evaluates it.
+/// served from its status and only a [`Peer`](super::conflicts::Peer) of it is kept (the
+/// controller's cache is not to hold it, and it is never looked at here). False: this replica
+/// evaluates it.
 pub(super) fn kept_elsewhere(ctx: &Context, scaler: &LLMScaler) -> bool {
     if !ctx.leadership.sharded() {
         return false;
@@ -67,9 +68,9 @@ pub(super) fn kept_elsewhere(ctx: &Context, scaler: &LLMScaler) -> bool {
 
 /// For a scaler of the controller's cache, at a sync: true when another replica leads it now
 /// (its shard was lost since the watch brought it); its values are served from its status, and
-/// the scalers are listed again, which keeps only a [`Peer`](super::conflicts::Peer) of it. Nothing more is done with it
-/// until its shard is won again, when the list that win asks for brings it back as new (see
-/// [`relist_on_gains`]). False: this replica evaluates it.
+/// the scalers are listed again, which keeps only a [`Peer`](super::conflicts::Peer) of it.
+/// Nothing more is done with it until its shard is won again, when the list that win asks for
+/// brings it back as new (see [`relist_on_gains`]). False: this replica evaluates it.
 pub(super) fn elsewhere(scaler: &LLMScaler, ctx: &Context) -> bool {
     if !ctx.leadership.sharded() || ctx.leadership.evaluates(&scaler.uid().unwrap_or_default()) {
         return false;
