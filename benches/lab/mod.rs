@@ -996,7 +996,10 @@ fn render_verdicts(
     }
     let _ = writeln!(
         md,
-        "\n**At the other levels**: operator ÷ cheapest peer (standing).\n"
+        "\n**At the other levels**: operator ÷ cheapest peer (standing); last, at the goodput the \
+         operator's defaults attained themselves, where an overshoot of the level is not counted \
+         as cost (a change that only trades goodput for GPU-hours along the peers' frontier \
+         leaves it where it was).\n"
     );
     let _ = write!(md, "| trace | start-up |");
     for level in verdict::LEVELS {
@@ -1004,7 +1007,7 @@ fn render_verdicts(
     }
     let _ = writeln!(
         md,
-        "\n| --- | ---: |{}",
+        " at its own goodput |\n| --- | ---: |{} ---: |",
         " ---: |".repeat(verdict::LEVELS.len())
     );
     for (key, runs) in grouped {
@@ -1020,6 +1023,18 @@ fn render_verdicts(
             );
             let _ = write!(md, " {cell} |");
         }
+        let own = verdict::at_own_goodput(runs, bound).map_or_else(
+            || "-".to_owned(),
+            |v| match v.ratio {
+                Some(r) => format!(
+                    "{r:.2} at {:.2}% ({})",
+                    100.0 * v.level,
+                    v.standing().describe()
+                ),
+                None => format!("{:.2}%: {}", 100.0 * v.level, v.standing().describe()),
+            },
+        );
+        let _ = write!(md, " {own} |");
         md.push('\n');
     }
     md.push('\n');

@@ -204,6 +204,16 @@ pub fn judge(runs: &[Runs], level: f64, bound: f64) -> Option<Verdict> {
     })
 }
 
+/// Judges the operator's defaults at the goodput they attained themselves: what the cheapest peer
+/// setting tuned for the cell pays for the same goodput. Where the defaults overshoot the level
+/// (99.4% for an objective of 99%), the verdict at the level weighs the overshoot as cost; this
+/// one tells a change that moves the defaults along the peers' frontier (cheaper and a little
+/// worse) from one that moves them below it. `None` without the operator's defaults.
+pub fn at_own_goodput(runs: &[Runs], bound: f64) -> Option<Verdict> {
+    let op = runs.iter().find(|r| r.family == "operator" && r.default)?;
+    judge(runs, summarize(&op.outcomes).attainment, bound)
+}
+
 /// The ratio of the means of `a` and `b` (paired by index) and its percentile-bootstrap 95%
 /// interval, resampling seeds.
 pub fn paired_ratio(a: &[f64], b: &[f64], resamples: usize, seed: u64) -> Option<Interval> {
@@ -348,6 +358,29 @@ mod tests {
         let v = judge(&cell(&[(1000, 30.0, 2); 3]), 0.9995, 4.0).unwrap();
         assert_eq!(v.standing(), Standing::Alone);
         assert!(judge(&cell(&[])[1..], LEVEL, 4.0).is_none());
+    }
+
+    #[test]
+    fn at_its_own_goodput_the_operator_is_weighed_against_the_peers_at_that_goodput() {
+        // 99.5% for 11 replica-hours: behind the HPA's 10 at 99% (it pays for the overshoot)...
+        let runs = cell(&[(995, 11.0, 2); 3]);
+        assert_eq!(
+            judge(&runs, LEVEL, 4.0).unwrap().standing(),
+            Standing::Behind
+        );
+        // ...but at 99.5% the HPA's cheapest way lies between its default (99.2%, 10 h) and
+        // target 8 (99.9%, 20 h), 3/7 of the way: 14.29 h, and 11 h is a win.
+        let own = at_own_goodput(&runs, 4.0).unwrap();
+        assert!((own.level - 0.995).abs() < 1e-12, "{own:?}");
+        let cheapest = own.cheapest.as_ref().unwrap();
+        assert_eq!(cheapest.setting, "between HPA and HPA (target 8)");
+        assert!((cheapest.mean_hours() - (10.0 + 10.0 * 3.0 / 7.0)).abs() < 1e-9);
+        assert!((own.ratio.unwrap() - 11.0 / cheapest.mean_hours()).abs() < 1e-9);
+        assert_eq!(own.standing(), Standing::Wins);
+        // A goodput no peer reaches: alone there.
+        let alone = at_own_goodput(&cell(&[(1000, 30.0, 2); 3]), 4.0).unwrap();
+        assert_eq!(alone.standing(), Standing::Alone);
+        assert!(at_own_goodput(&cell(&[])[1..], 4.0).is_none());
     }
 
     #[test]
