@@ -999,7 +999,7 @@ fn render_verdicts(
         "\n**At the other levels**: operator ÷ cheapest peer (standing); last, at the goodput the \
          operator's defaults attained themselves, where an overshoot of the level is not counted \
          as cost (a change that only trades goodput for GPU-hours along the peers' frontier \
-         leaves it where it was).\n"
+         changes it little).\n"
     );
     let _ = write!(md, "| trace | start-up |");
     for level in verdict::LEVELS {
