@@ -76,6 +76,7 @@ fn parse_args() -> Lab {
                 lab.families = Some(it.next().unwrap().split(',').map(str::to_owned).collect());
             }
             "--print-timelines" => lab.print_timelines = true,
+            "--peers-from" => lab.peers_from = Some(PathBuf::from(it.next().unwrap())),
             "--what-if" => {
                 lab.what_if = true;
                 lab.families = Some(

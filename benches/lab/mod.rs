@@ -366,6 +366,9 @@ pub struct Lab {
     pub what_if: bool,
     /// The objective goodput is judged by and the objective entrants state.
     pub objective: Objective,
+    /// A results file of an earlier run: its peer families join the verdict of the cells that
+    /// ran none of their own (`--only operator` judged against every peer in under a minute).
+    pub peers_from: Option<PathBuf>,
     pub out: PathBuf,
 }
 
@@ -401,6 +404,7 @@ impl Lab {
             profile: PodProfile::default(),
             what_if: false,
             objective: Objective::default(),
+            peers_from: None,
             out: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench/lab"),
         }
     }
@@ -580,7 +584,18 @@ pub fn run_lab(lab: &Lab) -> String {
         ));
     }
     md.push_str(&render_summary(&grouped));
-    md.push_str(&render_verdicts(&grouped, &mean_bounds));
+    match &lab.peers_from {
+        Some(path) => {
+            let judged = with_peers_from(&grouped, path);
+            let _ = writeln!(
+                md,
+                "The verdict below also judges against the peers of {} (an earlier run), in the cells where this run ran none of their family.\n",
+                path.display()
+            );
+            md.push_str(&render_verdicts(&judged, &mean_bounds));
+        }
+        None => md.push_str(&render_verdicts(&grouped, &mean_bounds)),
+    }
     for (key, runs) in &grouped {
         let bound = mean_bounds.get(key).copied().unwrap_or(f64::NAN);
         render_cell(&mut md, dir, &key.0, key.1, runs, bound);
@@ -936,6 +951,54 @@ fn render_summary(grouped: &BTreeMap<CellKey, Vec<Runs>>) -> String {
         md.push('\n');
     }
     md
+}
+
+/// `grouped` with the peer families of an earlier run's results file added to each cell that ran
+/// none of that family (the operator and the oracle are never taken from it), for the seeds this
+/// run ran, in order, so the paired intervals pair like seeds.
+fn with_peers_from(
+    grouped: &BTreeMap<CellKey, Vec<Runs>>,
+    path: &Path,
+) -> BTreeMap<CellKey, Vec<Runs>> {
+    let file = std::fs::File::open(path)
+        .unwrap_or_else(|e| panic!("--peers-from {}: {e}", path.display()));
+    let rows = results_csv::read(file).unwrap_or_else(|e| {
+        panic!(
+            "--peers-from {}: {}",
+            path.display(),
+            llmscaleoperator::error_chain::Chain(&e)
+        )
+    });
+    let mut judged = grouped.clone();
+    for ((trace, delay), runs) in &mut judged {
+        let ran: Vec<String> = runs.iter().map(|r| r.family.clone()).collect();
+        // This run's seeds are 0..n: the earlier run's are taken for the same numbers only.
+        let seeds = runs.first().map_or(0, |r| r.outcomes.len() as u64);
+        let mut taken: BTreeMap<(String, String, bool), Vec<(u64, Outcome)>> = BTreeMap::new();
+        for row in rows.iter().filter(|r| {
+            r.trace == trace.name()
+                && r.startup == *delay
+                && r.family != "operator"
+                && r.family != "oracle"
+                && !ran.contains(&r.family)
+                && r.seed < seeds
+        }) {
+            taken
+                .entry((row.family.clone(), row.setting.clone(), row.defaults))
+                .or_default()
+                .push((row.seed, row.outcome.clone()));
+        }
+        for ((family, label, default), mut outcomes) in taken {
+            outcomes.sort_by_key(|(seed, _)| *seed);
+            runs.push(Runs {
+                label,
+                family,
+                default,
+                outcomes: outcomes.into_iter().map(|(_, o)| o).collect(),
+            });
+        }
+    }
+    judged
 }
 
 /// The judge of a change to the control law, per cell: GPU-hours at 99% goodput, the operator's

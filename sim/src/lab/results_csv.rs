@@ -84,6 +84,115 @@ pub fn write<'a, W: Write>(out: W, rows: impl IntoIterator<Item = Row<'a>>) -> c
     Ok(())
 }
 
+/// One row read back: what the verdict needs of a run (goodput, replica-hours, oscillations).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadRow {
+    pub trace: String,
+    pub startup: u64,
+    pub family: String,
+    pub setting: String,
+    pub defaults: bool,
+    pub seed: u64,
+    /// The run's outcome as far as the columns carry it: requests judged and met, replica
+    /// seconds, scale actions, oscillations, lost; the latency percentiles and the rest default.
+    pub outcome: Outcome,
+}
+
+/// Why a results file cannot be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("cannot read the results file")]
+    Csv(#[from] csv::Error),
+    #[error("the results file has no column {column}")]
+    Missing { column: &'static str },
+    #[error("row {row}: column {column} is not what the lab writes: {value:?}")]
+    Column {
+        row: usize,
+        column: &'static str,
+        value: String,
+    },
+}
+
+/// The rows of a file [`write`] wrote, for judging new runs against runs of an earlier build
+/// (`make lab ARGS="--only operator --peers-from FILE"`).
+pub fn read<R: std::io::Read>(input: R) -> Result<Vec<ReadRow>, ReadError> {
+    let mut reader = csv::Reader::from_reader(input);
+    let headers = reader.headers()?.clone();
+    if let Some(column) = COLUMNS.iter().find(|c| !headers.iter().any(|h| h == **c)) {
+        return Err(ReadError::Missing { column });
+    }
+    let mut rows = Vec::new();
+    for (index, record) in reader.records().enumerate() {
+        let record = record?;
+        let field = |column: &'static str| -> Result<&str, ReadError> {
+            headers
+                .iter()
+                .position(|h| h == column)
+                .and_then(|i| record.get(i))
+                .ok_or(ReadError::Column {
+                    row: index + 1,
+                    column,
+                    value: String::new(),
+                })
+        };
+        let parse = |column: &'static str| -> Result<f64, ReadError> {
+            let text = field(column)?;
+            match text {
+                "inf" => Ok(f64::INFINITY),
+                _ => text.parse().map_err(|_| ReadError::Column {
+                    row: index + 1,
+                    column,
+                    value: text.to_owned(),
+                }),
+            }
+        };
+        let count = |column: &'static str| -> Result<u64, ReadError> {
+            let value = parse(column)?;
+            if value.is_finite() && value >= 0.0 && value.fract() == 0.0 {
+                Ok(value as u64)
+            } else {
+                Err(ReadError::Column {
+                    row: index + 1,
+                    column,
+                    value: field(column)?.to_owned(),
+                })
+            }
+        };
+        let judged = count("judged")?;
+        let attained = parse("attained")?;
+        let small = |column: &'static str| -> Result<u32, ReadError> {
+            u32::try_from(count(column)?).map_err(|_| ReadError::Column {
+                row: index + 1,
+                column,
+                value: String::new(),
+            })
+        };
+        rows.push(ReadRow {
+            trace: field("trace")?.to_owned(),
+            startup: count("startup_s")?,
+            family: field("family")?.to_owned(),
+            setting: field("setting")?.to_owned(),
+            defaults: field("defaults")? == "true",
+            seed: count("seed")?,
+            outcome: Outcome {
+                arrived: count("arrived")?,
+                judged,
+                // Written to six decimals: exact for any run of under a million requests.
+                met: (attained * judged as f64).round() as u64,
+                slow_streams: count("slow_streams")?,
+                lost: count("lost")?,
+                replica_seconds: parse("replica_hours")? * 3600.0,
+                scale_actions: small("scale_actions")?,
+                oscillations: small("oscillations")?,
+                wasted_cold_starts: small("wasted_cold_starts")?,
+                warm_evictions: small("warm_evictions")?,
+                ..Outcome::default()
+            },
+        });
+    }
+    Ok(rows)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,5 +237,58 @@ mod tests {
         assert_eq!(&records[0][12], "inf");
         assert_eq!(&records[0][14], "2.000000");
         assert_eq!(&records[0][15], "1.500000");
+    }
+
+    #[test]
+    fn what_the_verdict_needs_reads_back_as_written() {
+        let outcome = Outcome {
+            arrived: 12_345,
+            judged: 12_001,
+            met: 11_890,
+            lost: 3,
+            replica_seconds: 26.8 * 3600.0,
+            scale_actions: 17,
+            oscillations: 4,
+            ..Outcome::default()
+        };
+        let row = Row {
+            trace: "azure-conversation",
+            startup: 300,
+            family: "KEDA",
+            setting: "KEDA (target 0.3, KV)",
+            defaults: false,
+            seed: 7,
+            outcome: &outcome,
+            bound: 20.0,
+        };
+        let mut out = Vec::new();
+        write(&mut out, [row]).unwrap();
+        let back = read(out.as_slice()).unwrap();
+        assert_eq!(back.len(), 1);
+        let r = &back[0];
+        assert_eq!(
+            (
+                r.trace.as_str(),
+                r.startup,
+                r.family.as_str(),
+                r.setting.as_str()
+            ),
+            ("azure-conversation", 300, "KEDA", "KEDA (target 0.3, KV)")
+        );
+        assert_eq!((r.defaults, r.seed), (false, 7));
+        assert_eq!((r.outcome.judged, r.outcome.met), (12_001, 11_890));
+        assert_eq!(r.outcome.miss_rate(), outcome.miss_rate());
+        assert!((r.outcome.replica_hours() - 26.8).abs() < 1e-6);
+        assert_eq!((r.outcome.oscillations, r.outcome.lost), (4, 3));
+
+        let text = String::from_utf8(out).unwrap();
+        let broken = text.replace("azure-conversation,300,", "azure-conversation,soon,");
+        let error = read(broken.as_bytes()).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "row 1: column startup_s is not what the lab writes: \"soon\""
+        );
+        let error = read("trace,startup_s\nsteady,180\n".as_bytes()).unwrap_err();
+        assert_eq!(error.to_string(), "the results file has no column family");
     }
 }
