@@ -107,10 +107,31 @@ pub enum ReadError {
     Missing { column: &'static str },
     #[error("row {row}: column {column} is not what the lab writes: {value:?}")]
     Column {
-        row: usize,
-        column: &'static str,
+        row: u64,
+        column: String,
         value: String,
     },
+}
+
+/// The columns [`read`] takes, by the names [`write`] gives them.
+#[derive(serde::Deserialize)]
+struct Record {
+    trace: String,
+    startup_s: u64,
+    family: String,
+    setting: String,
+    defaults: bool,
+    seed: u64,
+    arrived: u64,
+    judged: u64,
+    attained: f64,
+    slow_streams: u64,
+    replica_hours: f64,
+    scale_actions: u32,
+    oscillations: u32,
+    wasted_cold_starts: u32,
+    warm_evictions: u32,
+    lost: u64,
 }
 
 /// The rows of a file [`write`] wrote, for judging new runs against runs of an earlier build
@@ -122,70 +143,41 @@ pub fn read<R: std::io::Read>(input: R) -> Result<Vec<ReadRow>, ReadError> {
         return Err(ReadError::Missing { column });
     }
     let mut rows = Vec::new();
-    for (index, record) in reader.records().enumerate() {
+    for (row, record) in (1..).zip(reader.records()) {
         let record = record?;
-        let field = |column: &'static str| -> Result<&str, ReadError> {
-            headers
-                .iter()
-                .position(|h| h == column)
-                .and_then(|i| record.get(i))
-                .ok_or(ReadError::Column {
-                    row: index + 1,
-                    column,
-                    value: String::new(),
-                })
-        };
-        let parse = |column: &'static str| -> Result<f64, ReadError> {
-            let text = field(column)?;
-            match text {
-                "inf" => Ok(f64::INFINITY),
-                _ => text.parse().map_err(|_| ReadError::Column {
-                    row: index + 1,
-                    column,
-                    value: text.to_owned(),
-                }),
-            }
-        };
-        let count = |column: &'static str| -> Result<u64, ReadError> {
-            let value = parse(column)?;
-            if value.is_finite() && value >= 0.0 && value.fract() == 0.0 {
-                Ok(value as u64)
-            } else {
-                Err(ReadError::Column {
-                    row: index + 1,
-                    column,
-                    value: field(column)?.to_owned(),
-                })
-            }
-        };
-        let judged = count("judged")?;
-        let attained = parse("attained")?;
-        let small = |column: &'static str| -> Result<u32, ReadError> {
-            u32::try_from(count(column)?).map_err(|_| ReadError::Column {
-                row: index + 1,
-                column,
-                value: String::new(),
-            })
-        };
+        let r: Record = record
+            .deserialize(Some(&headers))
+            .map_err(|error| match error.kind() {
+                // Name the column and show the text the lab would not have written.
+                csv::ErrorKind::Deserialize { err, .. } => match err.field() {
+                    Some(field) => ReadError::Column {
+                        row,
+                        column: headers.get(field as usize).unwrap_or("?").to_owned(),
+                        value: record.get(field as usize).unwrap_or("").to_owned(),
+                    },
+                    None => ReadError::Csv(error),
+                },
+                _ => ReadError::Csv(error),
+            })?;
         rows.push(ReadRow {
-            trace: field("trace")?.to_owned(),
-            startup: count("startup_s")?,
-            family: field("family")?.to_owned(),
-            setting: field("setting")?.to_owned(),
-            defaults: field("defaults")? == "true",
-            seed: count("seed")?,
+            trace: r.trace,
+            startup: r.startup_s,
+            family: r.family,
+            setting: r.setting,
+            defaults: r.defaults,
+            seed: r.seed,
             outcome: Outcome {
-                arrived: count("arrived")?,
-                judged,
+                arrived: r.arrived,
+                judged: r.judged,
                 // Written to six decimals: exact for any run of under a million requests.
-                met: (attained * judged as f64).round() as u64,
-                slow_streams: count("slow_streams")?,
-                lost: count("lost")?,
-                replica_seconds: parse("replica_hours")? * 3600.0,
-                scale_actions: small("scale_actions")?,
-                oscillations: small("oscillations")?,
-                wasted_cold_starts: small("wasted_cold_starts")?,
-                warm_evictions: small("warm_evictions")?,
+                met: (r.attained * r.judged as f64).round() as u64,
+                slow_streams: r.slow_streams,
+                lost: r.lost,
+                replica_seconds: r.replica_hours * 3600.0,
+                scale_actions: r.scale_actions,
+                oscillations: r.oscillations,
+                wasted_cold_starts: r.wasted_cold_starts,
+                warm_evictions: r.warm_evictions,
                 ..Outcome::default()
             },
         });
