@@ -228,6 +228,7 @@ fn chart_args(objects: &[Value], fullname: &str) -> Vec<String> {
 
 const SCENARIOS: &[&str] = &[
     "scales a Deployment",
+    "scales a Deployment its watch listed before a scaler named it",
     "writes the scaler's status",
     "records events",
     "scales a StatefulSet",
@@ -247,6 +248,8 @@ struct World<'a> {
     shards: u32,
     port: u16,
     reader_token: String,
+    /// Whether the scaler of Deployment "late" was created (once the first one has scaled).
+    late: std::sync::atomic::AtomicBool,
 }
 
 impl World<'_> {
@@ -255,6 +258,21 @@ impl World<'_> {
         let ns = &self.env.ns;
         match scenario {
             "scales a Deployment" => replicas::<Deployment>(client, ns, "up").await == Some(3),
+            // The operator keeps only the targets scalers name: a scaler that comes after the
+            // Deployment watch listed its target reads it once (with the verbs it is granted).
+            "scales a Deployment its watch listed before a scaler named it" => {
+                use std::sync::atomic::Ordering;
+                if !self.late.load(Ordering::SeqCst) {
+                    if replicas::<Deployment>(client, ns, "up").await == Some(3) {
+                        let late = json!({ "minReplicas": 1, "maxReplicas": 2,
+                            "metrics": [{ "name": "load", "query": self.env.query("load"), "target": "1" }] });
+                        self.env.scaler("late", "late", late).await;
+                        self.late.store(true, Ordering::SeqCst);
+                    }
+                    return false;
+                }
+                replicas::<Deployment>(client, ns, "late").await == Some(2)
+            }
             "writes the scaler's status" => self
                 .env
                 .scalers()
@@ -407,6 +425,7 @@ async fn prepare(env: &mut Env, fullname: &str) -> String {
     env.set("idle", 0.5).await;
     env.deployment("up", 1).await;
     env.deployment("down", 2).await;
+    env.deployment("late", 1).await;
     let sts: StatefulSet = serde_json::from_value(json!({
         "metadata": { "name": "sts" },
         "spec": {
@@ -537,6 +556,7 @@ async fn run(
         shards,
         port,
         reader_token,
+        late: Default::default(),
     };
     let deadline = Instant::now() + budget;
     let mut passed = BTreeSet::new();

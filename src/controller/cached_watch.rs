@@ -1,6 +1,7 @@
 //! One watch of one kind, kept in memory by kube's reflector in a compact form: only the fields
-//! the controller reads are stored, which is most of an object's size on a big fleet. The scale
-//! targets and the other autoscalers the conflict check looks for are each one of these.
+//! the controller reads are stored, which is most of an object's size on a big fleet. The other
+//! autoscalers the conflict check looks for are each one of these; the scale targets run their
+//! watch the same way ([`run_events`]) into a store of the claimed targets only.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -95,30 +96,17 @@ where
     K: kube::Resource<DynamicType = Kind> + Clone + Send + Sync + 'static,
 {
     /// Starts watching `resource` in `namespace` (every namespace for `None`) under
-    /// `supervisor`, keeping `compact(object)` of each object.
+    /// `supervisor`, keeping `compact(object)` of each object and telling `on_event` each event
+    /// after the store has it.
     pub fn start(
         client: Client,
         namespace: Option<&str>,
         resource: ApiResource,
         supervisor: &Supervisor,
         compact: fn(&DynamicObject) -> K,
+        on_event: OnEvent<K>,
     ) -> Self {
-        Self::start_observed(client, namespace, resource, supervisor, compact, None)
-    }
-
-    /// [`Self::start`], telling `on_event` each event after the store has it.
-    pub fn start_observed(
-        client: Client,
-        namespace: Option<&str>,
-        resource: ApiResource,
-        supervisor: &Supervisor,
-        compact: fn(&DynamicObject) -> K,
-        on_event: Option<OnEvent<K>>,
-    ) -> Self {
-        let api: Api<DynamicObject> = match namespace {
-            Some(ns) => Api::namespaced_with(client, ns, &resource),
-            None => Api::all_with(client, &resource),
-        };
+        let api = api(client, namespace, &resource);
         let resource = Kind::new(resource);
         let writer = reflector::store::Writer::new(resource.clone());
         let store = writer.as_reader();
@@ -128,30 +116,9 @@ where
                 .default_backoff()
                 .map_ok(move |event| event.map_compact(compact)),
         );
-        let kind = resource.kind.clone();
-        let shutdown = supervisor.shutdown();
-        let (synced_tx, synced) = tokio::sync::watch::channel(false);
         let applied = store.clone();
-        // A watch that ended would leave a cache that looks synced and never changes again.
-        supervisor.spawn_service(format!("{kind} watch"), async move {
-            let run = stream.for_each(|event| {
-                if let (Some(on_event), Ok(event)) = (&on_event, &event) {
-                    on_event(event, &applied);
-                }
-                match event {
-                    // The reflector has applied the event to the store before passing it on.
-                    Ok(watcher::Event::InitDone) => {
-                        synced_tx.send_replace(true);
-                    }
-                    Ok(_) => {}
-                    Err(error) => tracing::warn!(%kind, error = %crate::error_chain::Chain(&error), "watch error; retrying"),
-                }
-                futures::future::ready(())
-            });
-            tokio::select! {
-                () = run => {}
-                () = shutdown.cancelled() => {}
-            }
+        let synced = run_events(&resource.kind, stream, supervisor, move |event| {
+            on_event(event, &applied);
         });
         tracing::info!(kind = %resource.kind, api_version = %resource.api_version, "watching");
         Self {
@@ -173,12 +140,69 @@ where
 
     /// Whether the first list has been applied, waiting at most `timeout` for it.
     pub async fn synced_within(&self, timeout: Duration) -> bool {
-        let mut synced = self.synced.clone();
-        matches!(
-            tokio::time::timeout(timeout, synced.wait_for(|ready| *ready)).await,
-            Ok(Ok(_))
-        )
+        synced_within(&self.synced, timeout).await
     }
+}
+
+/// The objects of `resource` in `namespace` (every namespace for `None`).
+pub(super) fn api(
+    client: Client,
+    namespace: Option<&str>,
+    resource: &ApiResource,
+) -> Api<DynamicObject> {
+    match namespace {
+        Some(ns) => Api::namespaced_with(client, ns, resource),
+        None => Api::all_with(client, resource),
+    }
+}
+
+/// Runs the watch `events` of `kind` under `supervisor` until shutdown, telling `sink` each
+/// event; the receiver flips to true once the first list has been told. A watch that ended would
+/// leave a cache that looks synced and never changes again, so it runs as a service.
+pub(super) fn run_events<K, S>(
+    kind: &str,
+    events: S,
+    supervisor: &Supervisor,
+    mut sink: impl FnMut(&watcher::Event<K>) + Send + 'static,
+) -> tokio::sync::watch::Receiver<bool>
+where
+    K: Send + 'static,
+    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+{
+    let kind = kind.to_owned();
+    let shutdown = supervisor.shutdown();
+    let (synced_tx, synced) = tokio::sync::watch::channel(false);
+    supervisor.spawn_service(format!("{kind} watch"), async move {
+        let run = events.for_each(|event| {
+            match &event {
+                Ok(event) => {
+                    sink(event);
+                    if matches!(event, watcher::Event::InitDone) {
+                        synced_tx.send_replace(true);
+                    }
+                }
+                Err(error) => tracing::warn!(%kind, error = %crate::error_chain::Chain(error), "watch error; retrying"),
+            }
+            futures::future::ready(())
+        });
+        tokio::select! {
+            () = run => {}
+            () = shutdown.cancelled() => {}
+        }
+    });
+    synced
+}
+
+/// Whether `synced` (of [`run_events`]) has flipped, waiting at most `timeout` for it.
+pub(super) async fn synced_within(
+    synced: &tokio::sync::watch::Receiver<bool>,
+    timeout: Duration,
+) -> bool {
+    let mut synced = synced.clone();
+    matches!(
+        tokio::time::timeout(timeout, synced.wait_for(|ready| *ready)).await,
+        Ok(Ok(_))
+    )
 }
 
 /// A watch event with its object replaced by the compact form.

@@ -280,14 +280,7 @@ impl Indexed {
         let claims = Arc::new(Claims::default());
         let index = claims.clone();
         let on_event: OnEvent<Claim> = Box::new(move |event, store| index.observe(event, store));
-        let watch = CachedWatch::start_observed(
-            client,
-            namespace,
-            resource,
-            supervisor,
-            compact,
-            Some(on_event),
-        );
+        let watch = CachedWatch::start(client, namespace, resource, supervisor, compact, on_event);
         Arc::new(Self { watch, claims })
     }
 

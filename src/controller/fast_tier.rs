@@ -27,6 +27,7 @@ const NS: &str = "ns";
 struct Seen {
     method: Method,
     path: String,
+    query: String,
     body: Value,
 }
 
@@ -178,17 +179,28 @@ impl FakeApi {
         self.lock().seen.push(Seen {
             method: parts.method.clone(),
             path: path.clone(),
+            query: query.clone(),
             body: body.clone(),
         });
         let deployments = format!("/apis/apps/v1/namespaces/{NS}/deployments");
         let (status, reply) = match (&parts.method, path.as_str()) {
             (&Method::GET, "/apis/apps/v1") => (StatusCode::OK, apps_v1()),
-            (&Method::GET, p) if p == deployments => (
-                StatusCode::OK,
-                json!({ "apiVersion": "apps/v1", "kind": "DeploymentList",
-                        "metadata": { "resourceVersion": "1" },
-                        "items": self.lock().deployments.clone() }),
-            ),
+            // Every one, or one by name (a target claimed after the watch listed it).
+            (&Method::GET, p) if p == deployments => {
+                let named = named_in(&query);
+                let items: Vec<Value> = self
+                    .lock()
+                    .deployments
+                    .iter()
+                    .filter(|d| named.as_ref().is_none_or(|n| d["metadata"]["name"] == *n))
+                    .cloned()
+                    .collect();
+                (
+                    StatusCode::OK,
+                    json!({ "apiVersion": "apps/v1", "kind": "DeploymentList",
+                            "metadata": { "resourceVersion": "1" }, "items": items }),
+                )
+            }
             (&Method::GET, p)
                 if p == format!(
                     "/apis/autoscaling/v2/namespaces/{NS}/horizontalpodautoscalers"
@@ -280,6 +292,15 @@ fn apps_v1() -> Value {
               "verbs": ["get", "patch", "update"] }
         ]
     })
+}
+
+/// The name a list's `fieldSelector=metadata.name=...` asks for, if any.
+fn named_in(query: &str) -> Option<String> {
+    query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("fieldSelector="))
+        .map(|selector| selector.replace("%3D", "="))
+        .and_then(|selector| selector.strip_prefix("metadata.name=").map(str::to_owned))
 }
 
 fn not_found() -> (StatusCode, Value) {
@@ -435,8 +456,16 @@ impl Harness {
         Self::new(api, Leadership::always())
     }
 
+    /// A sync of `scaler` as the controller runs it: the scalers' watch has brought it first,
+    /// which claimed its target.
     async fn sync(&self, scaler: &Value) -> Action {
         let scaler: LLMScaler = serde_json::from_value(scaler.clone()).expect("a valid scaler");
+        super::claim_target(&self.ctx, &scaler);
+        self.sync_unclaimed(scaler).await
+    }
+
+    /// A sync of a scaler the scalers' watch has not brought.
+    async fn sync_unclaimed(&self, scaler: LLMScaler) -> Action {
         reconcile(Arc::new(scaler), self.ctx.clone())
             .await
             .expect("the sync completes")
@@ -619,6 +648,76 @@ async fn each_failure_is_its_reason_in_the_condition_the_event_and_the_metric() 
         );
         assert!(h.exposition().contains(&expected), "{name}: {expected}");
     }
+}
+
+#[tokio::test]
+async fn only_claimed_targets_are_kept_and_one_claimed_after_the_list_is_read_once() {
+    let server = prometheus(3.0).await;
+    let h = Harness::leader(
+        FakeApi::default()
+            .with_deployment("vllm", 2)
+            .with_deployment("unscaled", 1),
+    );
+    let reads = |h: &Harness| {
+        h.api
+            .lock()
+            .seen
+            .iter()
+            .filter(|s| {
+                s.method == Method::GET
+                    && s.path.ends_with("/deployments")
+                    && named_in(&s.query).as_deref() == Some("vllm")
+            })
+            .count()
+    };
+    // Brought by the scalers' watch before the first sync: the target watch's list keeps it.
+    h.sync(&scaler_json("listed", &server, json!({}))).await;
+    assert_eq!(reads(&h), 0, "the list brought it");
+    assert_eq!(
+        h.ctx.targets.kept(),
+        1,
+        "the Deployment no scaler names is not kept"
+    );
+
+    // A scaler the target watch listed nothing for (its claim comes after the list): its target
+    // is read once, then kept as the watch tells it.
+    let h = Harness::leader(FakeApi::default().with_deployment("vllm", 2));
+    let scaler: LLMScaler =
+        serde_json::from_value(scaler_json("late", &server, json!({}))).expect("a scaler");
+    h.sync_unclaimed(scaler.clone()).await;
+    assert_eq!(reads(&h), 1, "read once");
+    assert_eq!(h.api.scale_writes("vllm"), vec![6], "found and scaled");
+    h.sync_unclaimed(scaler).await;
+    assert_eq!(reads(&h), 1, "then kept");
+    assert_eq!(h.ctx.targets.kept(), 1);
+}
+
+/// A retargeted scaler lets its old target go; one the store no longer holds after a list lets
+/// its target go too.
+#[tokio::test]
+async fn a_target_goes_with_the_last_scaler_that_names_it() {
+    let server = prometheus(3.0).await;
+    let h = Harness::leader(
+        FakeApi::default()
+            .with_deployment("vllm", 2)
+            .with_deployment("other", 2),
+    );
+    let mut scaler = scaler_json("moving", &server, json!({}));
+    h.sync(&scaler).await;
+    h.sync(&scaler_json("steady", &server, json!({}))).await;
+    scaler["spec"]["targetRef"] =
+        json!({ "apiVersion": "apps/v1", "kind": "Deployment", "name": "other" });
+    h.sync(&scaler).await;
+    assert_eq!(
+        h.ctx.targets.kept(),
+        2,
+        "vllm (steady's) and other (moving's)"
+    );
+
+    // The list ended without either scaler: both claims go, and their targets with them.
+    let (empty, _writer) = kube::runtime::reflector::store::<LLMScaler>();
+    super::forget_vanished(&h.ctx, &empty);
+    assert_eq!(h.ctx.targets.kept(), 0);
 }
 
 #[tokio::test]

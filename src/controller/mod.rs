@@ -2,6 +2,7 @@
 
 mod annotations;
 mod cached_watch;
+mod claimed_targets;
 pub mod conflicts;
 mod error;
 pub mod event_writer;
@@ -308,6 +309,15 @@ fn sort(ctx: &Arc<Context>, event: watcher::Event<LLMScaler>) -> Option<watcher:
     match event {
         Event::Apply(scaler) if shards::kept_elsewhere(ctx, &scaler) => Some(Event::Delete(scaler)),
         Event::InitApply(scaler) if shards::kept_elsewhere(ctx, &scaler) => None,
+        // Evaluated here: its target is to be kept (see `target_watches`).
+        Event::Apply(scaler) => {
+            claim_target(ctx, &scaler);
+            Some(Event::Apply(scaler))
+        }
+        Event::InitApply(scaler) => {
+            claim_target(ctx, &scaler);
+            Some(Event::InitApply(scaler))
+        }
         Event::Delete(scaler) => {
             forget_scaler(ctx, &scaler);
             Some(Event::Delete(scaler))
@@ -320,8 +330,15 @@ fn sort(ctx: &Arc<Context>, event: watcher::Event<LLMScaler>) -> Option<watcher:
             ctx.others.peers.list_ended();
             Some(Event::InitDone)
         }
-        event => Some(event),
     }
+}
+
+fn claim_target(ctx: &Context, scaler: &LLMScaler) {
+    ctx.targets.claim(
+        scaler.metadata.uid.as_deref().unwrap_or_default(),
+        &scaler.spec.target_ref,
+        scaler.metadata.namespace.as_deref().unwrap_or_default(),
+    );
 }
 
 fn forget_scaler(ctx: &Arc<Context>, scaler: &LLMScaler) {
@@ -351,9 +368,11 @@ fn forget_scaler(ctx: &Arc<Context>, scaler: &LLMScaler) {
                 let _guard = guard;
                 victims::clear_after_delete(&job, &scaler).await;
                 job.memory.forget(&uid);
+                job.targets.release(&uid);
             });
     } else {
         ctx.memory.forget(&uid);
+        ctx.targets.release(&uid);
     }
 }
 
@@ -387,6 +406,7 @@ fn forget_vanished(ctx: &Context, store: &reflector::Store<LLMScaler>) {
     ctx.metrics
         .retain_scalers(|namespace, name| !ours(namespace) || named.contains(&(namespace, name)));
     ctx.memory.retain(|uid| uids.contains(uid));
+    ctx.targets.retain_claims(|uid| uids.contains(uid));
     ctx.generations.retain(|uid| uids.contains(uid));
 }
 

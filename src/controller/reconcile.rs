@@ -228,7 +228,8 @@ async fn observe(
     let spec = &scaler.spec;
     let target_ref = &spec.target_ref;
     let pause = pause_of(scaler)?;
-    let (resource, object) = ctx.targets.get(target_ref, namespace).await?;
+    let uid = scaler.metadata.uid.as_deref().unwrap_or_default();
+    let (resource, object) = ctx.targets.get(target_ref, namespace, uid).await?;
     let object = object.ok_or_else(|| SyncError::TargetNotFound {
         kind: target_ref.kind.clone(),
         name: target_ref.name.clone(),
@@ -340,7 +341,7 @@ async fn observe(
         _ => None,
     };
     let uid = scaler.uid().unwrap_or_default();
-    let target_uid = object.uid().unwrap_or_default();
+    let target_uid = object.uid.clone();
     let startup = match &object.selector {
         Some(Ok(selector)) if startup::worth_a_look(scaler.status.as_ref(), &observed) => {
             startup::observe(&ctx.client, namespace, selector, scaler.status.as_ref()).await

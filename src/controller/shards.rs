@@ -89,6 +89,7 @@ fn stand_by(ctx: &Context, scaler: &LLMScaler) {
     ctx.metrics
         .forget(&scaler.namespace().unwrap_or_default(), &scaler.name_any());
     ctx.memory.forget(&uid);
+    ctx.targets.release(&uid);
     ctx.generations.forget(&uid);
     tracing::debug!(
         scaler = %scaler.name_any(), shard = ctx.leadership.shard_of(&uid),

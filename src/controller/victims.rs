@@ -201,7 +201,8 @@ pub(super) async fn clear_after_delete(ctx: &Context, scaler: &LLMScaler) {
     if !watched_target::is_deployment(&spec.target_ref.kind, &spec.target_ref.api_version) {
         return;
     }
-    let target = match ctx.targets.get(&spec.target_ref, &namespace).await {
+    let uid = scaler.metadata.uid.as_deref().unwrap_or_default();
+    let target = match ctx.targets.get(&spec.target_ref, &namespace, uid).await {
         Ok((_, Some(target))) => target,
         Ok((_, None)) => return,
         Err(e) => {
@@ -364,7 +365,7 @@ async fn candidates(
     deployment: &WatchedTarget,
     params: &ListParams,
 ) -> Result<Vec<Pod>, VictimError> {
-    let uid = deployment.uid().unwrap_or_default();
+    let uid = deployment.uid.clone();
     let replicasets: Api<ReplicaSet> = Api::namespaced(client.clone(), namespace);
     let current = replicasets
         .list(params)

@@ -1,7 +1,7 @@
 //! Reading a scale target generically: spec.replicas, status.readyReplicas and, for
 //! Deployments, whether a rollout is in progress.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::DynamicObject;
 use kube::core::Selector;
 use serde_json::Value;
@@ -20,8 +20,9 @@ pub enum TargetError {
 /// workload object's size on a big fleet.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct WatchedTarget {
-    /// Name, namespace, uid and generation only.
-    pub metadata: ObjectMeta,
+    pub name: String,
+    pub uid: String,
+    pub generation: Option<i64>,
     pub spec_replicas: Option<i32>,
     /// spec.selector as a label selector for listing pods, or why it cannot be one.
     pub selector: Option<Result<String, String>>,
@@ -36,13 +37,9 @@ impl WatchedTarget {
         let meta = &object.metadata;
         let data = &object.data;
         Self {
-            metadata: ObjectMeta {
-                name: meta.name.clone(),
-                namespace: meta.namespace.clone(),
-                uid: meta.uid.clone(),
-                generation: meta.generation,
-                ..ObjectMeta::default()
-            },
+            name: meta.name.clone().unwrap_or_default(),
+            uid: meta.uid.clone().unwrap_or_default(),
+            generation: meta.generation,
             spec_replicas: int_at(data, "/spec/replicas"),
             selector: data.pointer("/spec/selector").map(render_selector),
             replicas: int_at(data, "/status/replicas"),
@@ -61,8 +58,6 @@ fn render_selector(raw: &Value) -> Result<String, String> {
     Ok(selector.to_string())
 }
 
-super::cached_watch::compact_resource!(WatchedTarget);
-
 /// The parts of a target a sync needs.
 pub fn snapshot(
     kind: &str,
@@ -73,7 +68,7 @@ pub fn snapshot(
         .spec_replicas
         .ok_or_else(|| TargetError::NoReplicas {
             kind: kind.to_owned(),
-            name: target.metadata.name.clone().unwrap_or_default(),
+            name: target.name.clone(),
         })?;
     let rollout = if is_deployment(kind, api_version) {
         rollout_in_progress(target, spec_replicas)
@@ -105,7 +100,7 @@ pub(crate) fn is_deployment(kind: &str, api_version: &str) -> bool {
 /// not every replica runs the new template yet, or old-template pods are still around.
 fn rollout_in_progress(target: &WatchedTarget, spec_replicas: i32) -> Option<Rollout> {
     let observed = target.observed_generation.unwrap_or(0);
-    if let Some(generation) = target.metadata.generation
+    if let Some(generation) = target.generation
         && observed < generation
     {
         return Some(Rollout::GenerationNotObserved {
@@ -155,9 +150,8 @@ mod tests {
                 "template": {"spec": {"containers": []}}}),
             json!({"readyReplicas": 3, "observedGeneration": 4, "conditions": [{"type": "Available"}]}),
         );
-        assert_eq!(t.metadata.name.as_deref(), Some("vllm"));
-        assert_eq!(t.metadata.generation, Some(4));
-        assert!(t.metadata.annotations.is_none() && t.metadata.managed_fields.is_none());
+        assert_eq!(t.name, "vllm");
+        assert_eq!(t.generation, Some(4));
         assert_eq!(t.spec_replicas, Some(3));
         assert_eq!(t.selector, Some(Ok("app=m,tier in (gpu)".to_owned())));
         assert_eq!(
