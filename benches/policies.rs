@@ -13,6 +13,7 @@
 //! `--log FILE` (a request log of one's own, repeatable; see `sim/src/lab/request_log.rs`),
 //! `--delays 90,180,300` (the default), `--threads N`,
 //! `--only operator,HPA` (those families of the roster only), `--print-timelines`,
+//! `--timeline-seed N` (the seed the timelines draw; 0 without it),
 //! `--what-if` (with `--log`: lead with the operator on the objective beside the HPA and KEDA at
 //! their defaults and cheapest at 99%, and the spec it runs; `make what-if LOG=FILE`),
 //! `--ttft S --tpot S --percentile P` (the objective goodput is judged by and the objective
@@ -76,6 +77,9 @@ fn parse_args() -> Lab {
                 lab.families = Some(it.next().unwrap().split(',').map(str::to_owned).collect());
             }
             "--print-timelines" => lab.print_timelines = true,
+            "--timeline-seed" => {
+                lab.timeline_seed = it.next().and_then(|v| v.parse().ok()).unwrap();
+            }
             "--peers-from" => lab.peers_from = Some(PathBuf::from(it.next().unwrap())),
             "--what-if" => {
                 lab.what_if = true;

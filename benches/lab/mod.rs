@@ -340,9 +340,6 @@ fn roster(
     all
 }
 
-/// The seed whose timelines are drawn (at the middle start-up delay of the lab).
-const TIMELINE_SEED: u64 = 0;
-
 type CellKey = (Trace, u64);
 
 /// What to run and where to write the report.
@@ -359,6 +356,8 @@ pub struct Lab {
     pub families: Option<Vec<String>>,
     /// Also print the timelines as text (one line per minute).
     pub print_timelines: bool,
+    /// The seed whose timelines are drawn (at the middle start-up delay of the lab).
+    pub timeline_seed: u64,
     /// The pod every fleet is made of.
     pub profile: PodProfile,
     /// Lead the report with what the operator, scaling to the objective, and the HPA and KEDA
@@ -401,6 +400,7 @@ impl Lab {
             duration: None,
             families: None,
             print_timelines: false,
+            timeline_seed: 0,
             profile: PodProfile::default(),
             what_if: false,
             objective: Objective::default(),
@@ -553,7 +553,7 @@ pub fn run_lab(lab: &Lab) -> String {
                 outcomes.sort_by_key(|(seed, _)| *seed);
                 if *delay as f64 == timeline_delay
                     && *default
-                    && let Some((_, o)) = outcomes.iter().find(|(s, _)| *s == TIMELINE_SEED)
+                    && let Some((_, o)) = outcomes.iter().find(|(s, _)| *s == lab.timeline_seed)
                 {
                     timelines.entry(trace.clone()).or_default().push(Timeline {
                         label: label.clone(),
@@ -605,8 +605,9 @@ pub fn run_lab(lab: &Lab) -> String {
         chart::timeline(
             &dir.join(&file),
             &format!(
-                "{}: seed {TIMELINE_SEED}, {timeline_delay} s start-up, every policy at its defaults",
-                shape.name()
+                "{}: seed {}, {timeline_delay} s start-up, every policy at its defaults",
+                shape.name(),
+                lab.timeline_seed
             ),
             lines,
         )
@@ -730,7 +731,7 @@ fn run_unit(
     let results = entrants
         .into_iter()
         .map(|mut e| {
-            let timeline = seed == TIMELINE_SEED && delay == timeline_delay && e.default;
+            let timeline = seed == lab.timeline_seed && delay == timeline_delay && e.default;
             let cell_setup = FleetSetup {
                 startup: delay,
                 initial_pods: initial,
