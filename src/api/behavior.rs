@@ -52,6 +52,7 @@ pub fn behavior(spec: &LLMScalerSpec) -> Result<Behavior, BehaviorError> {
             select: select(down.select_policy),
         },
         max_step: down.max_step_replicas,
+        down_pace: None,
     })
 }
 

@@ -293,6 +293,9 @@ fn rate_limit(decision: &Decision) -> Option<String> {
                 Direction::Down => "scale-down",
             }
         )),
+        Reason::Limited(LimitReason::Paced { pace, .. }) => Some(format!(
+            "scale-down paced by the objective at {pace}, so each step's load is measured before the next"
+        )),
         _ => None,
     })
 }

@@ -657,6 +657,19 @@ pub(super) fn scaling_limited(decision: &Decision) -> (bool, &'static str, Strin
                     ),
                 );
             }
+            Reason::Limited(LimitReason::Paced {
+                desired,
+                written,
+                pace,
+            }) => {
+                return (
+                    true,
+                    "ScaleDownLimit",
+                    format!(
+                        "scale-down paced by the objective at {pace}, so each step's load is measured before the next: {written} now, on the way to {desired}"
+                    ),
+                );
+            }
             Reason::Limited(LimitReason::DirectionDisabled { direction, desired }) => {
                 let (reason, field) = match direction {
                     Direction::Up => ("ScaleUpDisabled", "scaleUp"),
@@ -1001,6 +1014,61 @@ mod tests {
         // The change is remembered for the policy's period.
         assert_eq!(stored_memory(Some(&s), "u1", "t1").changes.len(), 1);
         assert_eq!(stored_startup(Some(&s)).map(|l| l.seconds), Some(180.0));
+    }
+
+    #[test]
+    fn a_paced_scale_down_says_the_objective_paced_it() {
+        let target = TargetState {
+            spec_replicas: 40,
+            ready_replicas: 40,
+            rollout: None,
+        };
+        let mut behavior = Behavior::unlimited();
+        behavior.down_pace = Some(crate::scaling::DOWN_PACE);
+        let d = decide(&Input {
+            signal: Signal::Ratio(vec![MetricReading {
+                name: "kv".into(),
+                value: Ok(0.25),
+                target: 1.0,
+                kind: TargetType::Value,
+            }]),
+            target: target.clone(),
+            bounds: Bounds { min: 1, max: 40 },
+            behavior,
+            startup_seconds: None,
+            memory: Memory::default(),
+            now: t(0),
+            latency_unread: None,
+        });
+        let s = render(
+            None,
+            &Scaler {
+                uid: "u1",
+                generation: Some(1),
+            },
+            &Outcome::Decided {
+                startup: None,
+                zero: None,
+                syncs_without_signal: 0,
+                decision: &d,
+                target: &target,
+                target_uid: "t1",
+                wrote: true,
+                objective: None,
+            },
+            t(0),
+        );
+        let limited = condition(&s, SCALING_LIMITED);
+        assert_eq!(
+            (limited.status.as_str(), limited.reason.as_str()),
+            ("True", "ScaleDownLimit")
+        );
+        assert_eq!(
+            limited.message,
+            "scale-down paced by the objective at Percent 25%/60s, so each step's load is measured before the next: 30 now, on the way to 10"
+        );
+        // The step is remembered for the pace's minute.
+        assert_eq!(stored_memory(Some(&s), "u1", "t1").changes.len(), 1);
     }
 
     /// RFC 7386 applied, as the API server applies a status merge patch.

@@ -87,6 +87,9 @@ pub struct Behavior {
     pub down: Rules,
     /// 0 = no cap.
     pub max_step: i32,
+    /// A pace every scale-down also keeps, whatever the policies and `selectPolicy` allow (set by
+    /// the objective stage, not by the spec).
+    pub down_pace: Option<RatePolicy>,
 }
 
 impl Behavior {
@@ -96,6 +99,7 @@ impl Behavior {
             up: Rules::unlimited(),
             down: Rules::unlimited(),
             max_step: 0,
+            down_pace: None,
         }
     }
 
@@ -158,6 +162,16 @@ pub fn scale_down_limit(
     limit(false, current, rules, changes, now)
 }
 
+/// The fewest replicas `pace` allows now: it removes at most its share of the replicas at the
+/// start of its period.
+pub fn paced_limit(current: i32, pace: RatePolicy, changes: &[Change], now: Timestamp) -> i32 {
+    let rules = Rules {
+        policies: vec![pace],
+        ..Rules::unlimited()
+    };
+    limit(false, current, &rules, changes, now).0
+}
+
 /// The HPA's `calculateScaleUpLimitWithScalingRules` (`up`) and its scale-down twin: each policy
 /// proposes a limit from the replicas at the start of its period; `Max` keeps the one that allows
 /// the largest change, `Min` the smallest. A limit never points the wrong way.
@@ -214,7 +228,12 @@ pub fn remember(
     let longest = behavior
         .up
         .longest_period()
-        .max(behavior.down.longest_period());
+        .max(behavior.down.longest_period())
+        .max(
+            behavior
+                .down_pace
+                .map_or(0, |p| i64::from(p.period_seconds)),
+        );
     let mut kept: Vec<Change> = changes
         .iter()
         .copied()
@@ -339,6 +358,7 @@ mod tests {
             up: rules(vec![pods(4, 60)], Select::Max),
             down: rules(vec![pods(1, 120)], Select::Max),
             max_step: 0,
+            down_pace: None,
         };
         let kept = remember(&[], &behavior, 3, 7, t(0));
         assert_eq!(
@@ -367,6 +387,7 @@ mod tests {
             up: rules(vec![pods(100, 3600)], Select::Max),
             down: Rules::unlimited(),
             max_step: 0,
+            down_pace: None,
         };
         let mut kept = Vec::new();
         for i in 0..200 {

@@ -289,6 +289,7 @@ pub fn decide(input: &Input) -> Decision {
             write = rate_limited(
                 current,
                 desired,
+                bounds.max,
                 behavior,
                 &memory.changes,
                 *now,
@@ -327,11 +328,13 @@ pub fn decide(input: &Input) -> Decision {
     }
 }
 
-/// The count to write now on the way from `current` to `desired` under the rate policies and the
-/// step cap; `None` when the direction is disabled.
+/// The count to write now on the way from `current` to `desired` under the rate policies, the
+/// pace and the step cap; `None` when the direction is disabled. The pace never holds a fleet
+/// above `max`: maxReplicas is a hard limit the user set, not a measurement.
 fn rate_limited(
     current: i32,
     desired: i32,
+    max: i32,
     behavior: &Behavior,
     changes: &[Change],
     now: Timestamp,
@@ -359,6 +362,14 @@ fn rate_limited(
             (desired.max(limit), policy)
         }
     };
+    let paced = match behavior.down_pace {
+        Some(pace) if direction == Direction::Down => {
+            behavior::paced_limit(current, pace, changes, now)
+                .min(max)
+                .max(allowed)
+        }
+        _ => allowed,
+    };
     if allowed != desired
         && let Some(policy) = policy
     {
@@ -369,6 +380,16 @@ fn rate_limited(
             policy,
         }));
     }
+    if paced != allowed
+        && let Some(pace) = behavior.down_pace
+    {
+        reasons.push(Reason::Limited(LimitReason::Paced {
+            desired,
+            written: paced,
+            pace,
+        }));
+    }
+    let allowed = paced;
     if allowed == current {
         return None;
     }
@@ -941,6 +962,58 @@ mod tests {
     }
 
     #[test]
+    fn a_pace_steps_a_scale_down_whatever_the_policies_allow() {
+        // The demand of 10 pods on a fleet of 40, with the default scale-down policy (100% per
+        // 15 s, which alone would write 10) and a pace of a quarter per minute.
+        let mut i = input(
+            Signal::Ratio(vec![metric("q", 2.5, 10.0)]),
+            settled(40),
+            1,
+            40,
+        );
+        i.behavior.down.policies = vec![RatePolicy {
+            kind: crate::scaling::PolicyKind::Percent,
+            value: 100,
+            period_seconds: 15,
+        }];
+        assert_eq!(decide(&i).write, Some(10));
+        let pace = RatePolicy {
+            kind: crate::scaling::PolicyKind::Percent,
+            value: 25,
+            period_seconds: 60,
+        };
+        i.behavior.down_pace = Some(pace);
+        let d = decide(&i);
+        assert_eq!((d.desired, d.write), (10, Some(30)));
+        assert!(
+            d.reasons.contains(&Reason::Limited(LimitReason::Paced {
+                desired: 10,
+                written: 30,
+                pace
+            })),
+            "{:?}",
+            d.reasons
+        );
+        // Inside the same minute the 10 removed count: nothing more, then a quarter of 30.
+        i.target = settled(30);
+        i.signal = Signal::Ratio(vec![metric("q", 10.0 / 3.0, 10.0)]);
+        i.memory = d.memory;
+        i.now = t(30);
+        assert_eq!(decide(&i).write, None);
+        i.now = t(60);
+        assert_eq!(decide(&i).write, Some(22));
+        // A scale-up is not paced.
+        let mut up = input(
+            Signal::Ratio(vec![metric("q", 40.0, 10.0)]),
+            settled(10),
+            1,
+            100,
+        );
+        up.behavior.down_pace = Some(pace);
+        assert_eq!(decide(&up).write, Some(40));
+    }
+
+    #[test]
     fn without_a_signal_a_fleet_outside_its_bounds_is_brought_to_them() {
         let lost = || Signal::Ratio(vec![skipped("q", "no series")]);
         // maxReplicas lowered to 6 under a fleet of 8 while the signal is lost: down to 6.
@@ -1083,7 +1156,11 @@ mod properties {
                 proptest::collection::vec((0..600i64, -20..20i32), 0..10),
                 proptest::collection::vec((0..600i64, 0.0..100f64), 0..30),
             ),
-            (any::<bool>(), proptest::option::of(0.0..600f64)),
+            (
+                any::<bool>(),
+                proptest::option::of(0.0..600f64),
+                proptest::option::of((1..100i32, 1..300i32)),
+            ),
         )
             .prop_map(
                 |(
@@ -1092,7 +1169,7 @@ mod properties {
                     (target, total),
                     (up, down, max_step),
                     (down_h, up_h, changes, samples),
-                    (rollout, startup_seconds),
+                    (rollout, startup_seconds, pace),
                 )| Input {
                     signal: Signal::Ratio(
                         values
@@ -1118,7 +1195,16 @@ mod properties {
                         min,
                         max: min + span,
                     },
-                    behavior: Behavior { up, down, max_step },
+                    behavior: Behavior {
+                        up,
+                        down,
+                        max_step,
+                        down_pace: pace.map(|(value, period_seconds)| RatePolicy {
+                            kind: crate::scaling::PolicyKind::Percent,
+                            value,
+                            period_seconds,
+                        }),
+                    },
                     startup_seconds,
                     memory: Memory {
                         down: entries(down_h),
@@ -1168,6 +1254,17 @@ mod properties {
         }
 
         #[test]
+        fn a_pace_bounds_every_scale_down(i in any_input()) {
+            let d = decide(&i);
+            let current = i.target.spec_replicas;
+            if let (Some(pace), Some(w)) = (i.behavior.down_pace, d.write.filter(|w| *w < current)) {
+                let floor = behavior::paced_limit(current, pace, &i.memory.changes, i.now)
+                    .min(i.bounds.max);
+                prop_assert!(w >= floor, "wrote {w} from {current} under {pace}: below {floor}");
+            }
+        }
+
+        #[test]
         fn a_forecast_never_triggers_a_scale_down(i in any_input()) {
             let with = decide(&i);
             let without = decide(&Input {
@@ -1207,7 +1304,7 @@ mod properties {
                         rollout: None,
                     },
                     bounds: Bounds { min: 1, max: 100 },
-                    behavior: Behavior { up: up.clone(), down: down.clone(), max_step: 0 },
+                    behavior: Behavior { up: up.clone(), down: down.clone(), max_step: 0, down_pace: None },
                     startup_seconds: Some(180.0),
                     memory,
                     now: t(15 * k as i64),
@@ -1235,6 +1332,7 @@ mod properties {
                     up: Rules { tolerance: 0.1, ..Rules::unlimited() },
                     down: Rules { tolerance: 0.1, ..Rules::unlimited() },
                     max_step: 0,
+                    down_pace: None,
                 },
                 startup_seconds: None,
                 memory: Memory::default(),

@@ -38,7 +38,7 @@ pub use fallback::{FallbackRules, SignalHealth, health as signal_health, with_fa
 pub use forecast::Sample;
 pub use law::{Stages, Step, Stored, law};
 pub use objective::{
-    Latency, Learnt, OBJECTIVE_METRIC, ObjectiveReading, ObjectiveRules, WINDOW_SECONDS,
+    DOWN_PACE, Latency, Learnt, OBJECTIVE_METRIC, ObjectiveReading, ObjectiveRules, WINDOW_SECONDS,
     late_share, learn_objective, missed as objective_missed, settled as objective_settled,
 };
 pub use pause::paused;

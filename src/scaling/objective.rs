@@ -11,6 +11,7 @@
 
 use k8s_openapi::jiff::Timestamp;
 
+use super::behavior::{PolicyKind, RatePolicy};
 use super::capacity::{
     Capacity, CapacityRules, HistogramError, Kept, Lesson, Share, learn, share_above,
 };
@@ -31,6 +32,25 @@ pub const CEILING: f64 = 256.0;
 
 /// Seconds of history one lesson reads (the window of the composed queries).
 pub const WINDOW_SECONDS: f64 = 60.0;
+
+/// The most of the fleet a scale-down removes per minute, whatever the spec's scale-down
+/// policies allow: a pod's requests in flight are not conserved when the fleet shrinks (each pod
+/// batches more, so each request runs longer, and the removed pods' warm prefix caches are
+/// lost), so the load the pods will carry after a large step is a guess until a window has
+/// measured it. In steps of at most a quarter, each step's load is read before the next, and a
+/// rise stops the descent while the pods left can still carry it. Measured in the lab (L40S, 8
+/// seeds): on the synthetic conversation shape a fleet of 55 removed 31 pods in one step at an
+/// estimate of 34 per pod, its pods' load ran from 32 to 149 requests each and nearly every
+/// request missed until new pods were Ready (90% goodput for that run); paced, that shape at
+/// 180 s start-up went from 96.9% to 99.7% at 0.92× the replica-hours, the synthetic code shape
+/// from 83–90% to 93–98%, the step from 96.3–99.1% to 99.7%. On the L4, whose pods carry about
+/// 5, it costs 0–6% more replica-hours on chat traffic and changes no goodput by more than a
+/// point.
+pub const DOWN_PACE: RatePolicy = RatePolicy {
+    kind: PolicyKind::Percent,
+    value: 25,
+    period_seconds: 60,
+};
 
 /// How the objective is judged and learned.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -246,8 +266,8 @@ pub fn value(signal: &Signal) -> Option<f64> {
     }
 }
 
-/// `input` with the learned capacity as the objective reading's target, and scale-downs deferred
-/// while the latency signal cannot be read. `before` is the capacity the last sync sized with.
+/// `input` with the learned capacity as the objective reading's target, scale-downs deferred
+/// while the latency signal cannot be read and paced by [`DOWN_PACE`]. `before` is the capacity the last sync sized with.
 ///
 /// When the objective is the only reading, the memory is recounted in pods of the new estimate:
 /// the windows' recommendations and the forecast's samples were counted in pods of the old one.
@@ -271,6 +291,7 @@ pub fn apply(input: &Input, learnt: &Learnt, before: &Capacity) -> Input {
         recount(&mut input.memory, ratio);
     }
     input.latency_unread = learnt.unread.clone();
+    input.behavior.down_pace = Some(DOWN_PACE);
     input
 }
 
@@ -636,6 +657,10 @@ mod tests {
         mixed.signal = Signal::Ratio(vec![reading(OBJECTIVE_METRIC), reading("kv")]);
         let applied = apply(&mixed, &learnt, &Capacity::prior(4.0));
         assert_eq!(applied.memory, mixed.memory);
+        // Either way every scale-down is paced, whatever the spec's policies say.
+        assert_eq!(alone.behavior.down_pace, None);
+        assert_eq!(applied.behavior.down_pace, Some(DOWN_PACE));
+        assert_eq!(applied.behavior.down, mixed.behavior.down);
     }
 
     mod properties {

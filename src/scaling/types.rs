@@ -157,6 +157,13 @@ pub enum LimitReason {
         written: i32,
         policy: RatePolicy,
     },
+    /// The objective's pace allows only `written` now on the way to `desired`: a scale-down
+    /// removes at most `pace` so that the load of each step is measured before the next.
+    Paced {
+        desired: i32,
+        written: i32,
+        pace: RatePolicy,
+    },
     /// `selectPolicy: Disabled` forbids this direction.
     DirectionDisabled {
         direction: Direction,
