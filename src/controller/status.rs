@@ -802,6 +802,17 @@ mod tests {
     };
 
     fn decided(value: f64, spec: i32, min: i32, max: i32) -> (Decision, TargetState) {
+        decided_with(value, spec, min, max, Behavior::scale_down(60, 0))
+    }
+
+    /// The decision on a `kv` reading of `value` (target 1) over `spec` settled replicas.
+    fn decided_with(
+        value: f64,
+        spec: i32,
+        min: i32,
+        max: i32,
+        behavior: Behavior,
+    ) -> (Decision, TargetState) {
         let target = TargetState {
             spec_replicas: spec,
             ready_replicas: spec,
@@ -816,7 +827,7 @@ mod tests {
             }]),
             target: target.clone(),
             bounds: Bounds { min, max },
-            behavior: Behavior::scale_down(60, 0),
+            behavior,
             startup_seconds: None,
             memory: Memory::default(),
             now: t(0),
@@ -952,32 +963,13 @@ mod tests {
 
     #[test]
     fn a_rate_limited_step_names_its_policy_and_the_learned_delay_is_kept() {
-        let target = TargetState {
-            spec_replicas: 4,
-            ready_replicas: 4,
-            rollout: None,
-        };
         let mut behavior = Behavior::unlimited();
         behavior.up.policies = vec![crate::scaling::RatePolicy {
             kind: crate::scaling::PolicyKind::Pods,
             value: 4,
             period_seconds: 60,
         }];
-        let d = decide(&Input {
-            signal: Signal::Ratio(vec![MetricReading {
-                name: "kv".into(),
-                value: Ok(5.0),
-                target: 1.0,
-                kind: TargetType::Value,
-            }]),
-            target: target.clone(),
-            bounds: Bounds { min: 1, max: 40 },
-            behavior,
-            startup_seconds: None,
-            memory: Memory::default(),
-            now: t(0),
-            latency_unread: None,
-        });
+        let (d, target) = decided_with(5.0, 4, 1, 40, behavior);
         let startup = StartupStatus {
             observed_seconds: 180,
             samples: 3,
@@ -1018,46 +1010,14 @@ mod tests {
 
     #[test]
     fn a_paced_scale_down_says_the_objective_paced_it() {
-        let target = TargetState {
-            spec_replicas: 40,
-            ready_replicas: 40,
-            rollout: None,
-        };
         let mut behavior = Behavior::unlimited();
         behavior.down_pace = Some(crate::scaling::DOWN_PACE);
-        let d = decide(&Input {
-            signal: Signal::Ratio(vec![MetricReading {
-                name: "kv".into(),
-                value: Ok(0.25),
-                target: 1.0,
-                kind: TargetType::Value,
-            }]),
-            target: target.clone(),
-            bounds: Bounds { min: 1, max: 40 },
-            behavior,
-            startup_seconds: None,
-            memory: Memory::default(),
-            now: t(0),
-            latency_unread: None,
-        });
-        let s = render(
-            None,
-            &Scaler {
-                uid: "u1",
-                generation: Some(1),
-            },
-            &Outcome::Decided {
-                startup: None,
-                zero: None,
-                syncs_without_signal: 0,
-                decision: &d,
-                target: &target,
-                target_uid: "t1",
-                wrote: true,
-                objective: None,
-            },
-            t(0),
-        );
+        let (d, target) = decided_with(0.25, 40, 1, 40, behavior);
+        let scaler = Scaler {
+            uid: "u1",
+            generation: Some(1),
+        };
+        let s = render(None, &scaler, &plain(&d, &target, true), t(0));
         let limited = condition(&s, SCALING_LIMITED);
         assert_eq!(
             (limited.status.as_str(), limited.reason.as_str()),
