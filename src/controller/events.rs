@@ -424,6 +424,10 @@ mod tests {
     }
 
     fn run(kv: f64, spec_replicas: i32) -> (Decision, TargetState) {
+        run_with(kv, spec_replicas, Behavior::scale_down(0, 2))
+    }
+
+    fn run_with(kv: f64, spec_replicas: i32, behavior: Behavior) -> (Decision, TargetState) {
         let target = TargetState {
             spec_replicas,
             ready_replicas: spec_replicas,
@@ -448,7 +452,7 @@ mod tests {
             ]),
             target: target.clone(),
             bounds: Bounds { min: 1, max: 10 },
-            behavior: Behavior::scale_down(0, 2),
+            behavior,
             startup_seconds: None,
             memory: Memory::default(),
             now: Timestamp::UNIX_EPOCH,
@@ -483,6 +487,19 @@ mod tests {
         assert_eq!(
             down.message,
             "scaled Deployment/vllm from 8 to 6 (metric kv = 0 recommended 0), on the way to 1"
+        );
+    }
+
+    #[test]
+    fn a_paced_scale_down_says_the_objective_paced_it() {
+        let mut behavior = Behavior::scale_down(0, 0);
+        behavior.down_pace = Some(crate::scaling::DOWN_PACE);
+        let (d, t) = run_with(0.0, 8, behavior);
+        let notes = decision_notes(&scaler(), &d, &t, false);
+        let down = notes.iter().find(|n| n.reason == "ScaledDown").unwrap();
+        assert_eq!(
+            down.message,
+            "scaled Deployment/vllm from 8 to 6 (metric kv = 0 recommended 0), on the way to 1 (scale-down paced by the objective at Percent 25%/60s, so each step's load is measured before the next)"
         );
     }
 
