@@ -297,6 +297,16 @@ pub fn apply(input: &Input, learnt: &Learnt, before: &Capacity) -> Input {
 
 /// Every pod count in `memory` times `ratio`, rounded up as a recommendation is (a count of
 /// `r` stood for a need above `r - 1`, so `ceil(r × ratio)` never asks for less than the need).
+///
+/// Each sync rounds up the last sync's rounding, so a count under about 33 does not follow an
+/// estimate that probes up 3% a sync (34 × 0.97 is 33.01, so 34 again): the window then holds
+/// the fleet until its entries expire, a margin while the estimate is still unproven. Measured
+/// in the lab (8 seeds) against counts that keep their fraction and so follow every probe: on
+/// the L4 those saved 2–7% replica-hours on the chat-like shapes at the same goodput against
+/// the peers' frontier (the Azure conversation log fell from 99.09% to 98.96% at 180 s), and on
+/// the L40S one conversation run at 180 s fell from 99.5% to 95.6% and the step to 98.0%: the
+/// fleet came down with each probe, before a window had shown the load the smaller fleet
+/// carries. The rounding is kept.
 fn recount(memory: &mut Memory, ratio: f64) {
     for entry in memory.down.iter_mut().chain(memory.up.iter_mut()) {
         let scaled = (f64::from(entry.replicas) * ratio).ceil();
@@ -661,6 +671,55 @@ mod tests {
         assert_eq!(alone.behavior.down_pace, None);
         assert_eq!(applied.behavior.down_pace, Some(DOWN_PACE));
         assert_eq!(applied.behavior.down, mixed.behavior.down);
+    }
+
+    #[test]
+    fn a_count_held_by_the_window_waits_for_it_while_the_estimate_probes_up() {
+        use crate::scaling::fixture::input;
+        use crate::scaling::{Entry, MetricReading, TargetType};
+        let mut held = input().replicas(30, 30).build();
+        held.signal = Signal::Ratio(vec![MetricReading {
+            name: OBJECTIVE_METRIC.into(),
+            value: Ok(3.3),
+            target: f64::NAN,
+            kind: TargetType::Value,
+        }]);
+        held.memory.down = vec![Entry {
+            at: t(500),
+            replicas: 30,
+        }];
+        let learnt = |per_pod: f64| Learnt {
+            capacity: Capacity::prior(per_pod),
+            lesson: Lesson::Kept(Kept::NothingMeasured),
+            curve: LoadCurve::default(),
+            late: None,
+            unread: None,
+            headroom: None,
+        };
+        // Five probes of 3%: 30 pods at 4 per pod would be 25.9 at 4.64, but each recount
+        // rounds up the last one's rounding (30 / 1.03 is 29.13, so 30 again).
+        let mut before = 4.0;
+        for _ in 0..5 {
+            let after = before * 1.03;
+            held = apply(&held, &learnt(after), &Capacity::prior(before));
+            before = after;
+        }
+        assert_eq!(
+            held.memory.down,
+            vec![Entry {
+                at: t(500),
+                replicas: 30,
+            }]
+        );
+        // One move of the same size is recounted at once.
+        let mut once = input().replicas(30, 30).build();
+        once.signal = held.signal.clone();
+        once.memory.down = vec![Entry {
+            at: t(500),
+            replicas: 30,
+        }];
+        let once = apply(&once, &learnt(before), &Capacity::prior(4.0));
+        assert_eq!(once.memory.down[0].replicas, 26);
     }
 
     mod properties {
