@@ -643,14 +643,7 @@ mod tests {
             at: t(550),
             need: 10.0,
         }];
-        let learnt = Learnt {
-            capacity: Capacity::prior(5.0),
-            lesson: Lesson::Kept(Kept::NothingMeasured),
-            curve: LoadCurve::default(),
-            late: None,
-            unread: None,
-            headroom: None,
-        };
+        let learnt = learnt_at(5.0);
         // From 4 to 5 per pod: what needed 10 pods needs 8, and 7 (a need above 6) needs 6.
         let applied = apply(&alone, &learnt, &Capacity::prior(4.0));
         let down: Vec<i32> = applied.memory.down.iter().map(|e| e.replicas).collect();
@@ -673,52 +666,46 @@ mod tests {
         assert_eq!(applied.behavior.down, mixed.behavior.down);
     }
 
-    #[test]
-    fn a_count_held_by_the_window_waits_for_it_while_the_estimate_probes_up() {
-        use crate::scaling::fixture::input;
-        use crate::scaling::{Entry, MetricReading, TargetType};
-        let mut held = input().replicas(30, 30).build();
-        held.signal = Signal::Ratio(vec![MetricReading {
-            name: OBJECTIVE_METRIC.into(),
-            value: Ok(3.3),
-            target: f64::NAN,
-            kind: TargetType::Value,
-        }]);
-        held.memory.down = vec![Entry {
-            at: t(500),
-            replicas: 30,
-        }];
-        let learnt = |per_pod: f64| Learnt {
+    /// What a sync that learned nothing but an estimate of `per_pod` hands to `apply`.
+    fn learnt_at(per_pod: f64) -> Learnt {
+        Learnt {
             capacity: Capacity::prior(per_pod),
             lesson: Lesson::Kept(Kept::NothingMeasured),
             curve: LoadCurve::default(),
             late: None,
             unread: None,
             headroom: None,
+        }
+    }
+
+    #[test]
+    fn a_count_held_by_the_window_waits_for_it_while_the_estimate_probes_up() {
+        use crate::scaling::fixture::input;
+        use crate::scaling::{Entry, MetricReading, TargetType};
+        let mut start = input().replicas(30, 30).build();
+        start.signal = Signal::Ratio(vec![MetricReading {
+            name: OBJECTIVE_METRIC.into(),
+            value: Ok(3.3),
+            target: f64::NAN,
+            kind: TargetType::Value,
+        }]);
+        let thirty = Entry {
+            at: t(500),
+            replicas: 30,
         };
+        start.memory.down = vec![thirty];
         // Five probes of 3%: 30 pods at 4 per pod would be 25.9 at 4.64, but each recount
         // rounds up the last one's rounding (30 / 1.03 is 29.13, so 30 again).
+        let mut held = start.clone();
         let mut before = 4.0;
         for _ in 0..5 {
             let after = before * 1.03;
-            held = apply(&held, &learnt(after), &Capacity::prior(before));
+            held = apply(&held, &learnt_at(after), &Capacity::prior(before));
             before = after;
         }
-        assert_eq!(
-            held.memory.down,
-            vec![Entry {
-                at: t(500),
-                replicas: 30,
-            }]
-        );
+        assert_eq!(held.memory.down, vec![thirty]);
         // One move of the same size is recounted at once.
-        let mut once = input().replicas(30, 30).build();
-        once.signal = held.signal.clone();
-        once.memory.down = vec![Entry {
-            at: t(500),
-            replicas: 30,
-        }];
-        let once = apply(&once, &learnt(before), &Capacity::prior(4.0));
+        let once = apply(&start, &learnt_at(before), &Capacity::prior(4.0));
         assert_eq!(once.memory.down[0].replicas, 26);
     }
 
