@@ -12,7 +12,7 @@
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::Operator;
 use common::env::Env;
@@ -40,6 +40,8 @@ const TPOT_BOUNDS: [&str; 3] = ["0.05", "0.1", "+Inf"];
 struct Fleet {
     exporter: Exporter,
     ns: String,
+    /// Requests in flight over the whole fleet.
+    demand: f64,
     late: f64,
     on_time: f64,
     exported_pods: usize,
@@ -55,7 +57,7 @@ impl Fleet {
         let per_pod = if ready == 0 {
             0.0
         } else {
-            DEMAND / ready as f64
+            self.demand / ready as f64
         };
         if ready > 0 {
             let late = if per_pod > CAPACITY {
@@ -105,21 +107,19 @@ impl Fleet {
     }
 }
 
-#[tokio::test]
-async fn from_a_wrong_prior_the_fleet_converges_to_what_the_objective_needs_without_a_cascade() {
-    let env = Env::new("objective").await;
-    env.create_slow_deployment("llama", 2, Duration::from_secs(READY_AFTER))
-        .await;
-    env.wait_ready("llama", 2).await;
+/// Runs the fleet of `env`'s Deployment `llama` at `demand` requests in flight, one tick a
+/// second, until aborted.
+fn run_fleet(env: &Env, demand: f64) -> tokio::task::JoinHandle<()> {
     let deployments: Api<Deployment> = env.deployments();
     let mut fleet = Fleet {
         exporter: env.exporter().clone(),
         ns: env.ns.clone(),
+        demand,
         late: 0.0,
         on_time: 0.0,
         exported_pods: 0,
     };
-    let model = tokio::spawn(async move {
+    tokio::spawn(async move {
         let mut every = tokio::time::interval(Duration::from_secs(1));
         loop {
             every.tick().await;
@@ -131,7 +131,16 @@ async fn from_a_wrong_prior_the_fleet_converges_to_what_the_objective_needs_with
                 .unwrap_or(0);
             fleet.tick(usize::try_from(ready).unwrap_or(0));
         }
-    });
+    })
+}
+
+#[tokio::test]
+async fn from_a_wrong_prior_the_fleet_converges_to_what_the_objective_needs_without_a_cascade() {
+    let env = Env::new("objective").await;
+    env.create_slow_deployment("llama", 2, Duration::from_secs(READY_AFTER))
+        .await;
+    env.wait_ready("llama", 2).await;
+    let model = run_fleet(&env, DEMAND);
     // A minute of history at 2 pods, as a fleet running before its scaler was created.
     let load = format!("avg(vllm:num_requests_running{{test=\"{}\"}})", env.ns);
     env.prometheus().wait_for_value(&load, DEMAND / 2.0).await;
@@ -195,6 +204,66 @@ async fn from_a_wrong_prior_the_fleet_converges_to_what_the_objective_needs_with
     assert!(
         ups.len() <= 5,
         "a few steps up as the estimate came down, not a cascade: {ups:?}"
+    );
+    model.abort();
+    env.done().await;
+}
+
+/// Under an objective a scale-down keeps three quarters of the pods a minute, whatever the spec's
+/// own scale-down allows: 12 pods that need 3 come down to 9, stay there for the pace's minute,
+/// then to 6 (three quarters of 9, rounded down as the HPA rounds a Percent policy), and the
+/// event says why.
+#[tokio::test]
+async fn under_an_objective_a_scale_down_keeps_three_quarters_of_the_pods_a_minute() {
+    let env = Env::new("objective-pace").await;
+    env.create_slow_deployment("llama", 12, Duration::from_secs(READY_AFTER))
+        .await;
+    env.wait_ready("llama", 12).await;
+    // 12 requests in flight: 1 per pod now, 3 pods at the starting estimate of 4.
+    let model = run_fleet(&env, 12.0);
+    let load = format!("avg(vllm:num_requests_running{{test=\"{}\"}})", env.ns);
+    env.prometheus().wait_for_value(&load, 1.0).await;
+
+    let _operator = Operator::start(&env.client, &env.ns);
+    env.scaler(
+        "llama",
+        "llama",
+        json!({
+            "minReplicas": 1, "maxReplicas": 12,
+            "syncPeriodSeconds": 5,
+            // Without the pace, nothing would stop a step from 12 to 3 at once.
+            "scaleDown": { "stabilizationWindowSeconds": 0 },
+            "objective": {
+                "selector": format!("test=\"{}\"", env.ns),
+                "initialRequestsPerPod": "4",
+            },
+        }),
+    )
+    .await;
+
+    let below = |than: i32| {
+        let env = &env;
+        move || async move {
+            let spec = env.spec_replicas("llama").await;
+            (spec < than).then_some((spec, Instant::now()))
+        }
+    };
+    let wait = Duration::from_secs(120);
+    let (first, at) = common::eventually("a first scale-down", wait, below(12)).await;
+    assert_eq!(first, 9, "three quarters of 12 pods");
+    let (second, then) = common::eventually("a second scale-down", wait, below(9)).await;
+    assert_eq!(second, 6, "three quarters of 9 pods, rounded down");
+    let between = then.duration_since(at);
+    assert!(
+        between >= Duration::from_secs(55),
+        "the second step came {between:?} after the first, inside the pace's minute"
+    );
+    let downs = env.events("llama", "ScaledDown").await;
+    assert!(
+        downs
+            .iter()
+            .any(|m| m.contains("from 12 to 9") && m.contains("paced by the objective")),
+        "{downs:?}"
     );
     model.abort();
     env.done().await;

@@ -34,7 +34,8 @@ pub const CEILING: f64 = 256.0;
 pub const WINDOW_SECONDS: f64 = 60.0;
 
 /// The most of the fleet a scale-down removes per minute, whatever the spec's scale-down
-/// policies allow: a pod's requests in flight are not conserved when the fleet shrinks (each pod
+/// policies allow (the pods kept are three quarters of those at the minute's start, rounded
+/// down as the HPA rounds a Percent policy: 12 become 9, then 6): a pod's requests in flight are not conserved when the fleet shrinks (each pod
 /// batches more, so each request runs longer, and the removed pods' warm prefix caches are
 /// lost), so the load the pods will carry after a large step is a guess until a window has
 /// measured it. In steps of at most a quarter, each step's load is read before the next, and a
