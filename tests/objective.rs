@@ -134,32 +134,46 @@ fn run_fleet(env: &Env, demand: f64) -> tokio::task::JoinHandle<()> {
     })
 }
 
+/// The Deployment `llama` at `pods` Ready pods serving `demand` requests in flight, once
+/// Prometheus has scraped that load.
+async fn serving(env: &Env, pods: i32, demand: f64) -> tokio::task::JoinHandle<()> {
+    env.create_slow_deployment("llama", pods, Duration::from_secs(READY_AFTER))
+        .await;
+    env.wait_ready("llama", pods).await;
+    let model = run_fleet(env, demand);
+    let load = format!("avg(vllm:num_requests_running{{test=\"{}\"}})", env.ns);
+    env.prometheus()
+        .wait_for_value(&load, demand / f64::from(pods))
+        .await;
+    model
+}
+
+/// An LLMScaler for `llama` (1 to 12 pods, a sync every 5 s) under the default objective on the
+/// test's series, starting from `prior` requests per pod, with `extra` fields of its spec.
+async fn scaled_to_objective(env: &Env, prior: &str, extra: serde_json::Value) {
+    let mut spec = json!({
+        "minReplicas": 1, "maxReplicas": 12,
+        "syncPeriodSeconds": 5,
+        "objective": {
+            "selector": format!("test=\"{}\"", env.ns),
+            "initialRequestsPerPod": prior,
+        },
+    });
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+        spec.extend(extra.clone());
+    }
+    env.scaler("llama", "llama", spec).await;
+}
+
 #[tokio::test]
 async fn from_a_wrong_prior_the_fleet_converges_to_what_the_objective_needs_without_a_cascade() {
     let env = Env::new("objective").await;
-    env.create_slow_deployment("llama", 2, Duration::from_secs(READY_AFTER))
-        .await;
-    env.wait_ready("llama", 2).await;
-    let model = run_fleet(&env, DEMAND);
-    // A minute of history at 2 pods, as a fleet running before its scaler was created.
-    let load = format!("avg(vllm:num_requests_running{{test=\"{}\"}})", env.ns);
-    env.prometheus().wait_for_value(&load, DEMAND / 2.0).await;
+    // History at 2 pods, as a fleet running before its scaler was created.
+    let model = serving(&env, 2, DEMAND).await;
 
     let _operator = Operator::start(&env.client, &env.ns);
     // 16 per pod: four times what a pod carries. At 12 per pod on 2 pods it would stay put.
-    env.scaler(
-        "llama",
-        "llama",
-        json!({
-            "minReplicas": 1, "maxReplicas": 12,
-            "syncPeriodSeconds": 5,
-            "objective": {
-                "selector": format!("test=\"{}\"", env.ns),
-                "initialRequestsPerPod": "16",
-            },
-        }),
-    )
-    .await;
+    scaled_to_objective(&env, "16", json!({})).await;
 
     // The misses bring the estimate down and the fleet up; a cut can undershoot the capacity
     // by the severe cut (0.7 × the load at a miss), so the fleet may pass the 6 pods it needs
@@ -216,30 +230,13 @@ async fn from_a_wrong_prior_the_fleet_converges_to_what_the_objective_needs_with
 #[tokio::test]
 async fn under_an_objective_a_scale_down_keeps_three_quarters_of_the_pods_a_minute() {
     let env = Env::new("objective-pace").await;
-    env.create_slow_deployment("llama", 12, Duration::from_secs(READY_AFTER))
-        .await;
-    env.wait_ready("llama", 12).await;
     // 12 requests in flight: 1 per pod now, 3 pods at the starting estimate of 4.
-    let model = run_fleet(&env, 12.0);
-    let load = format!("avg(vllm:num_requests_running{{test=\"{}\"}})", env.ns);
-    env.prometheus().wait_for_value(&load, 1.0).await;
+    let model = serving(&env, 12, 12.0).await;
 
     let _operator = Operator::start(&env.client, &env.ns);
-    env.scaler(
-        "llama",
-        "llama",
-        json!({
-            "minReplicas": 1, "maxReplicas": 12,
-            "syncPeriodSeconds": 5,
-            // Without the pace, nothing would stop a step from 12 to 3 at once.
-            "scaleDown": { "stabilizationWindowSeconds": 0 },
-            "objective": {
-                "selector": format!("test=\"{}\"", env.ns),
-                "initialRequestsPerPod": "4",
-            },
-        }),
-    )
-    .await;
+    // Without the pace, nothing would stop a step from 12 to 3 at once.
+    let no_window = json!({ "scaleDown": { "stabilizationWindowSeconds": 0 } });
+    scaled_to_objective(&env, "4", no_window).await;
 
     let below = |than: i32| {
         let env = &env;
