@@ -34,12 +34,13 @@ pub const CEILING: f64 = 256.0;
 pub const WINDOW_SECONDS: f64 = 60.0;
 
 /// The most of the fleet a scale-down removes per minute, whatever the spec's scale-down
-/// policies allow (the pods kept are three quarters of those at the minute's start, rounded
-/// down as the HPA rounds a Percent policy: 12 become 9, then 6): a pod's requests in flight are not conserved when the fleet shrinks (each pod
-/// batches more, so each request runs longer, and the removed pods' warm prefix caches are
-/// lost), so the load the pods will carry after a large step is a guess until a window has
-/// measured it. In steps of at most a quarter, each step's load is read before the next, and a
-/// rise stops the descent while the pods left can still carry it. Measured in the lab (L40S, 8
+/// policies allow: the pods kept are three quarters of those at the minute's start, rounded
+/// down as the HPA rounds a Percent policy (12 become 9, then 6). A pod's requests in flight
+/// are not conserved when the fleet shrinks (each pod batches more, so each request runs
+/// longer, and the removed pods' warm prefix caches are lost), so the load the pods will carry
+/// after a large step is a guess until a window has measured it. In steps of about a quarter,
+/// each step's load is read before the next, and a rise stops the descent while the pods left
+/// can still carry it. Measured in the lab (L40S, 8
 /// seeds): on the synthetic conversation shape a fleet of 55 removed 31 pods in one step at an
 /// estimate of 34 per pod, its pods' load ran from 32 to 149 requests each and nearly every
 /// request missed until new pods were Ready (90% goodput for that run); paced, that shape at
