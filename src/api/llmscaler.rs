@@ -748,8 +748,10 @@ pub struct Objective {
     pub percentile: String,
 
     /// Requests in flight per pod a fleet starts from before it has learned anything, as a
-    /// quoted decimal. Default "4": conservative, so a new fleet starts too large rather than
-    /// too small, and learns its way down.
+    /// quoted decimal. Default "4": conservative, so a fleet starts too large rather than too
+    /// small; the first minute that meets the objective on enough requests (300 at 99%) lifts it
+    /// at once to the load the pods carry, at most 1.5×, so the guess does not grow a fleet that
+    /// already meets it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self.matches('^([0-9]+([.][0-9]*)?|[.][0-9]+)$') && double(self) >= 0.25 && double(self) <= 256.0")
         .message("objective.initialRequestsPerPod must be a quoted decimal from 0.25 to 256, e.g. \"4\""))]
@@ -892,6 +894,11 @@ pub struct ObjectiveStatus {
     /// estimate probes no higher than just below it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub missed_at: Option<String>,
+    /// True while no settled minute has judged the estimate: it is still the starting one (the
+    /// spec's target or the default), which a minute of enough requests meeting the objective
+    /// lifts at once to the load the pods carry.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub untested: bool,
     /// The share of the last minute's requests, in percent, that met the objective as far as the
     /// histograms' buckets tell (at least this many); absent without requests or histograms.
     #[serde(default, skip_serializing_if = "Option::is_none")]

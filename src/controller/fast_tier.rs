@@ -323,6 +323,20 @@ fn scaler_reply(path: &str) -> Value {
     scaler
 }
 
+/// A scaler named `s` on the `vllm` Deployment that states only `objective`: no metrics.
+fn objective_scaler(server: &str, objective: Value) -> Value {
+    let mut scaler = scaler_json(
+        "s",
+        server,
+        json!({ "metrics": null, "objective": objective }),
+    );
+    scaler["spec"]
+        .as_object_mut()
+        .expect("a spec")
+        .remove("metrics");
+    scaler
+}
+
 fn scaler_json(name: &str, server: &str, extra: Value) -> Value {
     let mut spec = json!({
         "targetRef": { "apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm" },
@@ -1435,15 +1449,10 @@ async fn an_objective_learns_its_capacity_from_the_histograms_and_a_gap_holds_th
     })));
     let server = prometheus_window(exported.clone()).await;
     let h = Harness::leader(FakeApi::default().with_deployment("vllm", 2));
-    let objective = json!({
-        "metrics": null,
-        "objective": { "selector": "model_name=\"m\"", "initialRequestsPerPod": "8" }
-    });
-    let mut scaler = scaler_json("s", &server, objective);
-    scaler["spec"]
-        .as_object_mut()
-        .expect("a spec")
-        .remove("metrics");
+    let mut scaler = objective_scaler(
+        &server,
+        json!({ "selector": "model_name=\"m\"", "initialRequestsPerPod": "8" }),
+    );
 
     // 10% late at 6 running per pod: the prior of 8 comes down to 0.9 × 6.
     h.sync_and_store(&mut scaler).await;
@@ -1528,6 +1537,54 @@ async fn an_objective_learns_its_capacity_from_the_histograms_and_a_gap_holds_th
     );
 }
 
+/// The starting estimate is a guess the status marks as such until something judges it; a minute
+/// that meets the objective on enough requests lifts it once, by at most half, to the load the
+/// pods carry, and says so.
+#[tokio::test]
+async fn a_met_minute_lifts_the_untested_prior_once_and_the_status_says_so() {
+    let window = |requests: f64| {
+        Window::from(&Exported {
+            in_flight: 7.0,
+            load: 7.0,
+            requests,
+            late: 0.0,
+            histograms: true,
+        })
+    };
+    // 10 requests in the minute: too few to judge anything.
+    let exported = Arc::new(Mutex::new(window(10.0)));
+    let server = prometheus_window(exported.clone()).await;
+    let h = Harness::leader(FakeApi::default().with_deployment("vllm", 2));
+    let mut scaler = objective_scaler(
+        &server,
+        json!({ "selector": "model_name=\"m\"", "initialRequestsPerPod": "4" }),
+    );
+
+    h.sync_and_store(&mut scaler).await;
+    let status = scaler["status"].clone();
+    assert_eq!(status["objective"]["requestsPerPod"], "4", "{status:#}");
+    assert_eq!(status["objective"]["untested"], true, "{status:#}");
+    // 2 Ready × 7 in flight / 4 = 3.5 → 4.
+    assert_eq!(h.api.scale_writes("vllm"), vec![4]);
+
+    // 400 requests in time at 7 per pod: the guess of 4 is lifted, by half at most, to 6.
+    *exported.lock().unwrap_or_else(PoisonError::into_inner) = window(400.0);
+    h.sync_and_store(&mut scaler).await;
+    let status = scaler["status"].clone();
+    assert_eq!(status["objective"]["requestsPerPod"], "6", "{status:#}");
+    assert_eq!(status["objective"].get("untested"), None, "{status:#}");
+    let lesson = status["objective"]["lesson"].as_str().unwrap_or_default();
+    assert!(
+        lesson.contains("starting estimate") && lesson.contains("lifted from 4.00 to 6.00"),
+        "{lesson}"
+    );
+
+    // Once: the next such minute gets the bounded rise of a settled pass (×1.05), not a lift.
+    h.sync_and_store(&mut scaler).await;
+    let status = scaler["status"].clone();
+    assert_eq!(status["objective"]["requestsPerPod"], "6.3", "{status:#}");
+}
+
 /// With a pendingQuery, a fleet whose pods are not Ready yet (woken from zero) is sized for what
 /// waits at the router at the learned capacity, from that query alone: the engines have no
 /// series then, and the composed in-flight query is not asked.
@@ -1539,11 +1596,10 @@ async fn a_waking_fleet_is_sized_for_the_requests_the_router_holds() {
     }));
     let server = prometheus_window(exported.clone()).await;
     let h = Harness::leader(FakeApi::default().with_starting_deployment("vllm", 1, 0));
-    let objective = json!({
-        "metrics": null,
-        "objective": { "selector": "model_name=\"m\"", "pendingQuery": "router_queue" }
-    });
-    let mut scaler = scaler_json("s", &server, objective);
+    let mut scaler = objective_scaler(
+        &server,
+        json!({ "selector": "model_name=\"m\"", "pendingQuery": "router_queue" }),
+    );
     h.sync_and_store(&mut scaler).await;
     let status = scaler["status"].clone();
     // 20 requests at the router, a pod carries 4 (the prior): 5 pods, in one write.
@@ -1558,11 +1614,7 @@ async fn a_waking_fleet_is_sized_for_the_requests_the_router_holds() {
 
     // Without it the same fleet reads the engines, which have no series: held, not sized.
     let h = Harness::leader(FakeApi::default().with_starting_deployment("vllm", 1, 0));
-    let objective = json!({
-        "metrics": null,
-        "objective": { "selector": "model_name=\"m\"" }
-    });
-    let mut scaler = scaler_json("s", &server, objective);
+    let mut scaler = objective_scaler(&server, json!({ "selector": "model_name=\"m\"" }));
     h.sync_and_store(&mut scaler).await;
     assert_eq!(h.api.scale_writes("vllm"), Vec::<i64>::new());
 }

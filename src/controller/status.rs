@@ -245,6 +245,7 @@ pub fn objective_status(learnt: &Learnt) -> ObjectiveStatus {
     ObjectiveStatus {
         requests_per_pod: format_value(rounded(learnt.capacity.per_pod)),
         missed_at: learnt.capacity.missed_at.map(|m| format_value(rounded(m))),
+        untested: learnt.capacity.untested,
         attainment: learnt
             .late
             .as_ref()
@@ -268,7 +269,11 @@ pub fn stored_capacity(status: Option<&LLMScalerStatus>) -> Option<Capacity> {
         .as_deref()
         .and_then(|m| m.parse::<f64>().ok())
         .filter(|v| v.is_finite() && *v > 0.0);
-    Some(Capacity { per_pod, missed_at })
+    Some(Capacity {
+        per_pod,
+        missed_at,
+        untested: objective.untested,
+    })
 }
 
 /// A lesson, for a person.
@@ -283,6 +288,12 @@ pub fn lesson(lesson: &Lesson) -> String {
         ),
         Lesson::Raised { from, to, load } => format!(
             "objective met at {} requests running per pod: capacity raised from {} to {}",
+            n(load),
+            n(from),
+            n(to)
+        ),
+        Lesson::PriorLifted { from, to, load } => format!(
+            "objective met at {} requests in flight per pod, above the starting estimate: capacity lifted from {} to {}",
             n(load),
             n(from),
             n(to)

@@ -442,6 +442,7 @@ mod tests {
         let stored = Some(Capacity {
             per_pod: 7.0,
             missed_at: Some(9.0),
+            untested: false,
         });
         let gone = ObjectiveReading {
             latency: Err(unreadable("no series")),
@@ -482,6 +483,7 @@ mod tests {
         let stored = Some(Capacity {
             per_pod: 8.0,
             missed_at: None,
+            untested: false,
         });
         // Far below the estimate: nothing is learned, three quarters of it are spare.
         let spare = learn_objective(
