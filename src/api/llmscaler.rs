@@ -894,9 +894,9 @@ pub struct ObjectiveStatus {
     /// estimate probes no higher than just below it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub missed_at: Option<String>,
-    /// True while no settled minute has judged the estimate: it is still the starting one (the
-    /// spec's target or the default), which a minute of enough requests meeting the objective
-    /// lifts at once to the load the pods carry.
+    /// True while the estimate is still the starting one (the spec's or the default): no miss,
+    /// no lift and no minute of a settled fleet has judged it. The first minute that meets the
+    /// objective on enough requests lifts it at once toward the load the pods carry (at most 1.5×).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub untested: bool,
     /// The share of the last minute's requests, in percent, that met the objective as far as the

@@ -135,6 +135,15 @@ impl Capacity {
             untested: true,
         }
     }
+
+    /// An estimate some window has judged: no longer the prior.
+    pub fn judged(per_pod: f64, missed_at: Option<f64>) -> Self {
+        Self {
+            per_pod,
+            missed_at,
+            untested: false,
+        }
+    }
 }
 
 const SEVERE_CUT: f64 = 0.7;
@@ -161,6 +170,12 @@ const EXPECTED_LATE_TO_LIFT: f64 = 3.0;
 /// conversation and steady shapes, whose pods carry about 6, saved 13–16% of their
 /// replica-hours (8 seeds each).
 const MAX_LIFT: f64 = 1.5;
+
+/// The requests in which an objective met by `percentile` % expects `late` late ones, and at
+/// least [`MIN_REQUESTS`].
+fn expecting(late: f64, percentile: f64) -> f64 {
+    (late * 100.0 / (100.0 - percentile)).max(MIN_REQUESTS)
+}
 
 /// How the estimate moves.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -207,7 +222,7 @@ impl CapacityRules {
         Self {
             allowed_miss: (1.0 - percentile / 100.0).clamp(0.0, 1.0),
             // 50 requests at 99%, 20 at 97.5% and below, 500 at 99.9%.
-            min_requests: (EXPECTED_LATE_TO_JUDGE * 100.0 / (100.0 - percentile)).max(MIN_REQUESTS),
+            min_requests: expecting(EXPECTED_LATE_TO_JUDGE, percentile),
             confidence: 2.0,
             cut: 0.9,
             severe: 10.0,
@@ -216,7 +231,7 @@ impl CapacityRules {
             probe: 1.03,
             max_rise: 1.05,
             max_fall: 0.5,
-            lift_requests: (EXPECTED_LATE_TO_LIFT * 100.0 / (100.0 - percentile)).max(MIN_REQUESTS),
+            lift_requests: expecting(EXPECTED_LATE_TO_LIFT, percentile),
             max_lift: MAX_LIFT,
             floor,
             ceiling,
@@ -250,7 +265,7 @@ pub enum Lesson {
     /// The objective held at `load`, above the estimate: the estimate came up.
     Raised { from: f64, to: f64, load: f64 },
     /// The objective held, on enough requests, at `load` above the untested prior: the prior
-    /// came up to it at once.
+    /// came up toward it at once, by at most `max_lift`.
     PriorLifted { from: f64, to: f64, load: f64 },
     /// The objective held near the estimate: the estimate probes a little above it.
     Probed { from: f64, to: f64 },
@@ -340,14 +355,7 @@ pub fn learn(
         } else {
             Lesson::Kept(Kept::AlreadyBelow { load })
         };
-        return (
-            Capacity {
-                per_pod: to,
-                missed_at,
-                untested: false,
-            },
-            lesson,
-        );
+        return (Capacity::judged(to, missed_at), lesson);
     }
     if late.at_most > rules.allowed_miss {
         // Within chance of the allowance, or the buckets cannot tell: either way, no evidence.
@@ -371,11 +379,7 @@ pub fn learn(
         let to = carried
             .min(from * rules.max_lift)
             .clamp(rules.floor, rules.ceiling);
-        let lifted = Capacity {
-            per_pod: to,
-            missed_at: capacity.missed_at,
-            untested: false,
-        };
+        let lifted = Capacity::judged(to, capacity.missed_at);
         return (
             lifted,
             Lesson::PriorLifted {
@@ -393,20 +397,12 @@ pub fn learn(
     if load > from {
         let to = bounded(load);
         return (
-            Capacity {
-                per_pod: to,
-                missed_at,
-                untested: false,
-            },
+            Capacity::judged(to, missed_at),
             Lesson::Raised { from, to, load },
         );
     }
     if load < rules.near * from {
-        let kept = Capacity {
-            per_pod: from,
-            missed_at,
-            untested: false,
-        };
+        let kept = Capacity::judged(from, missed_at);
         return (kept, Lesson::Kept(Kept::FarBelow { load }));
     }
     let limit = missed_at.map_or(f64::INFINITY, |m| rules.cut * m);
@@ -415,14 +411,7 @@ pub fn learn(
         Some(missed_at) if to <= from => Lesson::Kept(Kept::BelowPastMiss { missed_at }),
         _ => Lesson::Probed { from, to },
     };
-    (
-        Capacity {
-            per_pod: to,
-            missed_at,
-            untested: false,
-        },
-        lesson,
-    )
+    (Capacity::judged(to, missed_at), lesson)
 }
 
 #[cfg(test)]
@@ -593,11 +582,7 @@ mod tests {
         );
         assert_eq!(learn(c, window(f64::NAN, 100.0, 0.0), &r).0, c);
         // Far below the estimate but above an old miss: the miss no longer describes the pods.
-        let old_miss = Capacity {
-            per_pod: 8.0,
-            missed_at: Some(2.0),
-            untested: false,
-        };
+        let old_miss = Capacity::judged(8.0, Some(2.0));
         assert_eq!(
             learn(old_miss, window(3.0, 100.0, 0.0), &r),
             (judged, Lesson::Kept(Kept::FarBelow { load: 3.0 }))
@@ -735,10 +720,7 @@ mod tests {
         let (below, _) = learn(Capacity::prior(8.0), met(3.0, 3.5, 400.0, false), &r);
         assert_eq!(below, Capacity::prior(8.0));
         // A tested estimate rises by the bounded step only.
-        let tested = Capacity {
-            untested: false,
-            ..Capacity::prior(4.0)
-        };
+        let tested = Capacity::judged(4.0, None);
         let (rose, _) = learn(tested, met(6.0, 6.0, 400.0, true), &r);
         assert_eq!(rose.per_pod, 4.0 * r.max_rise);
     }
@@ -755,7 +737,7 @@ mod tests {
             settled in proptest::bool::ANY,
         ) {
             let r = rules();
-            let before = Capacity { per_pod, missed_at: missed, untested: false };
+            let before = Capacity::judged(per_pod, missed);
             let late = Share { at_least, at_most: (at_least + spread).min(1.0), observations: requests };
             let (after, lesson) = learn(before, Some(Evidence { load, late, settled, current: None }), &r);
             prop_assert!(after.per_pod >= r.floor && after.per_pod <= r.ceiling);

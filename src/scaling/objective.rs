@@ -439,11 +439,7 @@ mod tests {
 
     #[test]
     fn an_unreadable_or_broken_histogram_keeps_the_estimate_and_says_why() {
-        let stored = Some(Capacity {
-            per_pod: 7.0,
-            missed_at: Some(9.0),
-            untested: false,
-        });
+        let stored = Some(Capacity::judged(7.0, Some(9.0)));
         let gone = ObjectiveReading {
             latency: Err(unreadable("no series")),
             newest_ready: None,
@@ -480,11 +476,7 @@ mod tests {
 
     #[test]
     fn the_headroom_is_the_share_of_the_learned_capacity_not_in_use() {
-        let stored = Some(Capacity {
-            per_pod: 8.0,
-            missed_at: None,
-            untested: false,
-        });
+        let stored = Some(Capacity::judged(8.0, None));
         // Far below the estimate: nothing is learned, three quarters of it are spare.
         let spare = learn_objective(
             stored,
