@@ -729,6 +729,54 @@ fn invalid_cases() -> Vec<Case> {
             "objective works with metricProvider Prometheus",
         ],
     });
+    // The recurrence remembers one signal's load.
+    let remembering = |spec: Value| with(spec, "/recurrence", json!({}));
+    let two_metrics = with(
+        valid_spec(),
+        "/metrics",
+        json!([
+            { "name": "kv-cache", "query": "avg(vllm:kv_cache_usage_perc)", "target": "0.8" },
+            { "name": "queue", "query": "sum(vllm:num_requests_waiting)", "target": "4" },
+        ]),
+    );
+    for (what, spec) in [
+        ("a recurrence over two metrics", remembering(two_metrics)),
+        (
+            "a recurrence over an objective and a metric",
+            remembering(with(
+                valid_spec(),
+                "/objective",
+                json!({ "selector": "model_name=\"m\"" }),
+            )),
+        ),
+    ] {
+        cases.push(Case {
+            what,
+            spec,
+            expect: vec![
+                "spec.recurrence",
+                "recurrence remembers the load of one signal",
+            ],
+        });
+    }
+    for (what, value, expect) in [
+        (
+            "a recurrence period under an hour",
+            json!({ "periodSeconds": 900 }),
+            "spec.recurrence.periodSeconds",
+        ),
+        (
+            "a recurrence over no period",
+            json!({ "periods": 0 }),
+            "spec.recurrence.periods",
+        ),
+    ] {
+        cases.push(Case {
+            what,
+            spec: with(valid_spec(), "/recurrence", value),
+            expect: vec![expect],
+        });
+    }
     cases.push(Case {
         what: "a metric named objective",
         spec: with(valid_spec(), "/metrics/0/name", json!("objective")),
@@ -895,6 +943,22 @@ async fn samples_and_scale_to_zero_are_accepted_with_defaults() {
         ),
         ("2", "0.1", "99", None)
     );
+
+    // A recurrence with nothing stated remembers a day, and yesterday alone starts pods early.
+    let remembering = with(
+        with(valid_spec(), "/metrics", Value::Null),
+        "/objective",
+        json!({ "selector": "model_name=\"m\"" }),
+    );
+    api.create(
+        &PostParams::default(),
+        &scaler("remembering", with(remembering, "/recurrence", json!({}))),
+    )
+    .await
+    .unwrap();
+    let remembering = typed.get("remembering").await.unwrap();
+    let r = remembering.spec.recurrence.unwrap();
+    assert_eq!((r.period_seconds, r.periods), (86_400, 1));
 
     let sleeper = typed.get("llmscaler-scale-to-zero-sample").await.unwrap();
     assert_eq!(

@@ -274,6 +274,10 @@ async fn kubectl_explain_documents_scale_to_zero_fallback_and_server_access() {
         ("llmscalers.spec.serverAuth.bearer.key", "token"),
         ("llmscalers.status.scaleToZero.phase", "Waking"),
         ("llmscalers.status.syncsWithoutSignal", "failureThreshold"),
+        ("llmscalers.spec.recurrence", "one start-up delay ahead"),
+        ("llmscalers.spec.recurrence.periodSeconds", "Default 86400"),
+        ("llmscalers.spec.recurrence.periods", "Default 1"),
+        ("llmscalers.status.recurrence.current", "mean/syncs"),
     ] {
         let text = explain(path).unwrap_or_else(|| panic!("kubectl explain {path} failed"));
         // kubectl wraps descriptions at its own width.

@@ -7,8 +7,8 @@ use super::llmscaler::{
     LLMScalerSpec, MetricProvider, MetricTargetType, PolicyType, ScalingPolicy, SelectPolicy,
 };
 use crate::scaling::{
-    Behavior, FallbackRules, Pause, PolicyKind, RatePolicy, Rules, Select, Stages, TargetType,
-    ZeroRules,
+    Behavior, FallbackRules, Pause, PolicyKind, RatePolicy, Recurrence, Rules, Select, Stages,
+    TargetType, ZeroRules,
 };
 
 /// A field that admission should have refused (the object predates the rule).
@@ -53,6 +53,10 @@ pub fn behavior(spec: &LLMScalerSpec) -> Result<Behavior, BehaviorError> {
         },
         max_step: down.max_step_replicas,
         down_pace: None,
+        recurrence: spec.recurrence.as_ref().map(|r| Recurrence {
+            period_seconds: i64::from(r.period_seconds),
+            days: u32::try_from(r.periods).unwrap_or(1).max(1),
+        }),
     })
 }
 

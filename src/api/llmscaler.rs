@@ -177,6 +177,9 @@ use serde::{Deserialize, Serialize};
     validation = Rule::new("!has(self.fallback) || self.fallback.replicas <= self.maxReplicas")
         .message("fallback.replicas must not be greater than maxReplicas: lower fallback.replicas or raise maxReplicas")
         .field_path(".fallback.replicas"),
+    validation = Rule::new("!has(self.recurrence) || (self.metricProvider == 'Prometheus' && (has(self.objective) ? !has(self.metrics) || size(self.metrics) == 0 : has(self.metrics) && size(self.metrics) == 1))")
+        .message("recurrence remembers the load of one signal: use it with an objective and no metrics, or with exactly one metric, under metricProvider Prometheus")
+        .field_path(".recurrence"),
     validation = Rule::new("!has(self.metrics) || self.metrics.all(m, !has(m.name) || self.metrics.exists_one(o, has(o.name) && o.name == m.name))")
         .message("metrics[].name must be unique within the scaler: give each metric its own name")
         .field_path(".metrics"),
@@ -283,6 +286,16 @@ pub struct LLMScalerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 3600))]
     pub startup_seconds: Option<i32>,
+
+    /// Opt-in: remember the load of each stretch of the day (96 of them, a quarter of an hour
+    /// each) and start pods one start-up delay ahead of a rise that came at that time on each of
+    /// the last `periods` days, sized at today's capacity, instead of after it shows. A morning
+    /// ramp steeper than a start-up delay can carry is otherwise missed at its start every day.
+    /// What was seen on fewer days, or never, is left to the measurement; the remembered load
+    /// also holds a scale-down off until it passes. Needs one signal: an objective without
+    /// metrics, or exactly one metric.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recurrence: Option<Recurrence>,
 
     /// Scale to zero and wake up again on a signal that exists while no pod runs (a router's or
     /// a gateway's request rate). Requires minReplicas: 0 and the Prometheus provider. Without
@@ -708,6 +721,41 @@ pub struct ScaleToZero {
     pub min_awake_seconds: i32,
 }
 
+/// Demand that comes back at the same time each period.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Recurrence {
+    /// Seconds in one period. Default 86400, a day whose stretches start at 00:00 UTC; 604800
+    /// for traffic that repeats by the week (stretches of 1 h 45 min).
+    #[serde(default = "default_period_seconds")]
+    #[schemars(range(min = 3600, max = 604800))]
+    pub period_seconds: i32,
+
+    /// How many of the last periods must all have seen a rise at this time for pods to start
+    /// ahead of it: the lowest of their loads is what the fleet is sized for. Default 1
+    /// (yesterday); 2 or more ignore a rise a single unusual day saw, and start a day later.
+    #[serde(default = "default_periods")]
+    #[schemars(range(min = 1, max = 7))]
+    pub periods: i32,
+}
+
+impl Default for Recurrence {
+    fn default() -> Self {
+        Self {
+            period_seconds: default_period_seconds(),
+            periods: default_periods(),
+        }
+    }
+}
+
+pub(crate) fn default_period_seconds() -> i32 {
+    86_400
+}
+
+pub(crate) fn default_periods() -> i32 {
+    1
+}
+
 /// The latency objective: budgets for the time to first token and the time per output token,
 /// met by a share of requests.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -881,6 +929,38 @@ pub struct LLMScalerStatus {
     /// What the operator has learned about the objective, under one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub objective: Option<Box<ObjectiveStatus>>,
+
+    /// The load each stretch of the period carried, under spec.recurrence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recurrence: Option<Box<RecurrenceStatus>>,
+}
+
+/// The load of each stretch of the period (the signal's total, e.g. requests in flight across
+/// the fleet): the periods before, and this one so far. Values are space-separated, one per
+/// stretch from the period's start, "-" where nothing was measured.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct RecurrenceStatus {
+    /// The uid of the target whose load this is: another target starts afresh.
+    pub target_uid: String,
+
+    /// The period's length the stretches were cut for; another spec.recurrence.periodSeconds
+    /// starts afresh.
+    pub period_seconds: i64,
+
+    /// Which period `current` is: whole periods since the Unix epoch.
+    pub period: i64,
+
+    /// This period's finished stretches: each one's mean load and the syncs it was measured at,
+    /// as `mean/syncs` (the stretch under way is kept by the operator's process and written
+    /// when it is over).
+    #[schemars(length(max = 4096))]
+    pub current: String,
+
+    /// The finished periods' mean load per stretch, the most recent first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 7))]
+    pub before: Vec<String>,
 }
 
 /// The capacity learned for the objective, and how the objective fares.

@@ -10,9 +10,9 @@ pub use crd::{CrdError, crd_yaml};
 pub use llmscaler::{
     CustomProvider, Fallback, LLMScaler, LLMScalerSpec, LLMScalerStatus, MetricProvider,
     MetricSpec, MetricStatus, MetricTargetType, Objective, ObjectiveStatus, PolicyType, Preemption,
-    Recommendation, RecommendationHistory, ScaleDown, ScaleDownBehavior, ScaleToZero,
-    ScaleToZeroStatus, ScaleUp, ScalingPolicy, SecretKey, SecretName, SelectPolicy, ServerAuth,
-    ServerHeadersFrom, ServerTls, StartupStatus, TargetRef,
+    Recommendation, RecommendationHistory, Recurrence, RecurrenceStatus, ScaleDown,
+    ScaleDownBehavior, ScaleToZero, ScaleToZeroStatus, ScaleUp, ScalingPolicy, SecretKey,
+    SecretName, SelectPolicy, ServerAuth, ServerHeadersFrom, ServerTls, StartupStatus, TargetRef,
 };
 
 /// API group of every resource this operator defines.

@@ -22,6 +22,9 @@ pub const PAUSED: &str = "Paused";
 pub const FALLBACK_ACTIVE: &str = "FallbackActive";
 /// The reason of the event that says a scale-down waits because the demand is rising.
 pub const RISING_DEMAND: &str = "RisingDemand";
+/// The reason of the event that says the load remembered for this time of the period holds the
+/// fleet (spec.recurrence).
+pub const RECURRING_DEMAND: &str = "RecurringDemand";
 
 /// The states that last many syncs: each is told when it begins and when it changes, not at
 /// every sync (a repeat would patch the event's series, an API write with nothing new).
@@ -29,12 +32,13 @@ pub const RISING_DEMAND: &str = "RisingDemand";
 /// A broken signal is such a state too: its warnings (one per skipped metric, and the hold)
 /// are told together when the breakage begins and when what they say changes, not at every
 /// sync of an outage.
-pub const LASTING: [&str; 10] = [
+pub const LASTING: [&str; 11] = [
     LATENCY_UNREAD,
     OBJECTIVE_MISSED,
     SCALE_DOWN_STABILIZED,
     SCALE_UP_STABILIZED,
     RISING_DEMAND,
+    RECURRING_DEMAND,
     FALLBACK_ACTIVE,
     PAUSED,
     CONFLICTING_AUTOSCALER,
@@ -220,6 +224,14 @@ pub fn decision_notes(
                     "demand is rising: the scale-down to {measured} waits, {target_name} stays at {kept}"
                 ),
             ),
+            Reason::Planned(PlanReason::Recurring {
+                measured, expected, ..
+            }) if decision.write.is_none() => Note::normal(
+                RECURRING_DEMAND,
+                format!(
+                    "the load remembered for this time of the period holds {target_name} at {expected} ({measured} measured)"
+                ),
+            ),
             Reason::Planned(PlanReason::StartingCounted { starting }) => Note::normal(
                 STARTING_COUNTED,
                 format!(
@@ -276,6 +288,13 @@ fn looked_ahead(decision: &Decision) -> Option<String> {
             horizon_seconds,
         }) => Some(format!(
             "sized at {expected} for the demand expected in {horizon_seconds}s ({measured} measured)"
+        )),
+        Reason::Planned(PlanReason::Recurring {
+            measured,
+            expected,
+            horizon_seconds,
+        }) => Some(format!(
+            "sized at {expected} for the load the periods before carried from now to {horizon_seconds}s ahead ({measured} measured)"
         )),
         _ => None,
     })
@@ -500,6 +519,46 @@ mod tests {
         assert_eq!(
             down.message,
             "scaled Deployment/vllm from 8 to 6 (metric kv = 0 recommended 0), on the way to 1 (scale-down paced by the objective at Percent 25%/60s, so each step's load is measured before the next)"
+        );
+    }
+
+    #[test]
+    fn a_remembered_rise_says_what_it_sized_for_and_what_it_holds() {
+        let recurring = Reason::Planned(PlanReason::Recurring {
+            measured: 10,
+            expected: 40,
+            horizon_seconds: 300,
+        });
+        let target = TargetState {
+            spec_replicas: 10,
+            ready_replicas: 10,
+            rollout: None,
+        };
+        let up = Decision {
+            recommendation: Some(40),
+            desired: 40,
+            write: Some(40),
+            reasons: vec![recurring.clone()],
+            metrics: Vec::new(),
+            memory: Memory::default(),
+        };
+        let notes = decision_notes(&scaler(), &up, &target, false);
+        assert_eq!(
+            notes[0].message,
+            "scaled Deployment/vllm from 10 to 40; sized at 40 for the load the periods before carried from now to 300s ahead (10 measured)"
+        );
+        let held = Decision { write: None, ..up };
+        let target = TargetState {
+            spec_replicas: 40,
+            ready_replicas: 40,
+            rollout: None,
+        };
+        let notes = decision_notes(&scaler(), &held, &target, false);
+        assert_eq!(notes.len(), 1);
+        assert_eq!(notes[0].reason, RECURRING_DEMAND);
+        assert_eq!(
+            notes[0].message,
+            "the load remembered for this time of the period holds Deployment/vllm at 40 (10 measured)"
         );
     }
 

@@ -570,6 +570,75 @@ async fn after_a_restart_a_synced_scaler_waits_for_its_own_slot() {
 }
 
 #[tokio::test]
+async fn the_remembered_load_lives_in_status_and_starts_pods_ahead_of_it() {
+    // One Ready pod's worth of load on each of 2 pods: nothing to do but remember it.
+    let server = prometheus(1.0).await;
+    let h = Harness::leader(FakeApi::default().with_deployment("vllm", 2));
+    let mut scaler = scaler_json(
+        "s",
+        &server,
+        json!({ "recurrence": { "periodSeconds": 3600 } }),
+    );
+    h.sync_and_store(&mut scaler).await;
+    assert!(h.api.scale_writes("vllm").is_empty());
+    let kept = scaler["status"]["recurrence"].clone();
+    assert_eq!(kept["periodSeconds"], 3600);
+    assert!(
+        !kept["targetUid"].as_str().unwrap_or_default().is_empty(),
+        "{kept}"
+    );
+    let cells: Vec<&str> = kept["current"]
+        .as_str()
+        .unwrap_or_default()
+        .split(' ')
+        .collect();
+    assert_eq!(cells.len(), 96, "{kept}");
+    assert!(
+        cells.iter().all(|c| *c == "-"),
+        "the stretch under way is not written: {kept}"
+    );
+    assert!(
+        kept.get("before").is_none(),
+        "no period has finished: {kept}"
+    );
+    // The next sync adds to the stretch under way in this process: status has nothing new.
+    let writes = h.api.writes().len();
+    h.sync_and_store(&mut scaler).await;
+    assert_eq!(
+        h.api.writes().len(),
+        writes,
+        "{:?}",
+        &h.api.writes()[writes..]
+    );
+
+    // A new process (a restart, another leader) reads status, where a period before carried 50
+    // at every stretch: 50 pods' worth is asked for at once, up to maxReplicas, and the event
+    // says why.
+    scaler["status"]["recurrence"]["before"] = json!([vec!["50"; 96].join(" ")]);
+    let restarted = Harness::leader(h.api.clone());
+    // Its first sync waits for its own slot; the next does the work.
+    restarted.sync_and_store(&mut scaler).await;
+    assert!(restarted.api.scale_writes("vllm").is_empty());
+    restarted.sync_and_store(&mut scaler).await;
+    assert_eq!(restarted.api.scale_writes("vllm"), vec![10]);
+    let events = restarted.api.events();
+    assert!(
+        events.iter().any(|(r, n)| r == "ScaledUp"
+            && n.contains(
+                "for the load the periods before carried from now to 0s ahead (2 measured)"
+            )),
+        "{events:?}"
+    );
+    // Written back as it was read.
+    assert_eq!(
+        scaler["status"]["recurrence"]["before"][0]
+            .as_str()
+            .map(|d| d.split(' ').filter(|c| *c == "50").count()),
+        Some(96)
+    );
+}
+
+#[tokio::test]
 async fn a_hot_metric_scales_up_and_every_writer_output_says_so() {
     let server = prometheus(3.0).await;
     let h = Harness::leader(FakeApi::default().with_deployment("vllm", 2));

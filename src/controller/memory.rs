@@ -3,8 +3,9 @@
 //! (the lifecycle of KEDA's ScalersCache), instead of a map per concern each cleaned by hand.
 //!
 //! None of it needs to survive a restart: what is told once is told once more, marks are looked
-//! for again, the demand samples are refitted within one start-up delay, and the objective's
-//! load curve, which only ever caps the learned capacity, fills again from the next windows.
+//! for again, the demand samples are refitted within one start-up delay, the objective's load
+//! curve, which only ever caps the learned capacity, fills again from the next windows, and the
+//! recurrence's stretch under way starts again from status, which holds the finished ones.
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -13,7 +14,7 @@ use std::time::SystemTime;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use crate::scaling::{LoadCurve, Sample};
+use crate::scaling::{LoadCurve, Profile, Sample};
 
 /// [`Memories::first_time`] topic of a scaler's first sight in this process: a scaler seen for
 /// the first time since a start waits for its own slot (see `reconcile`), one taken over from
@@ -40,6 +41,9 @@ struct Record {
     samples: Vec<Sample>,
     /// The objective's load curve: it too changes every sync.
     curve: LoadCurve,
+    /// The recurrence's memory and the target it is of: its stretch under way changes every
+    /// sync, so status gets it only when the stretch is over.
+    recurring: Option<(String, Profile)>,
     /// The instant the next sync is due (wall clock), as last requeued: how late it runs is the
     /// operator's `sync_lateness_seconds`.
     due: Option<SystemTime>,
@@ -142,6 +146,22 @@ impl Memories {
 
     pub fn set_curve(&self, uid: &str, curve: LoadCurve) {
         self.with(uid, |r| r.curve = curve);
+    }
+
+    /// The recurrence's memory of the target `target_uid`, if this process has one.
+    pub fn recurring(&self, uid: &str, target_uid: &str) -> Option<Profile> {
+        self.with(uid, |r| {
+            r.recurring
+                .as_ref()
+                .filter(|(of, _)| of == target_uid)
+                .map(|(_, p)| p.clone())
+        })
+    }
+
+    pub fn set_recurring(&self, uid: &str, target_uid: &str, profile: Profile) {
+        self.with(uid, |r| {
+            r.recurring = (!profile.current.is_empty()).then(|| (target_uid.to_owned(), profile));
+        });
     }
 
     /// Remembers when the scaler's next sync is due.

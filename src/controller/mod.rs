@@ -17,6 +17,7 @@ mod objective;
 mod preflight;
 mod reads;
 mod reconcile;
+mod recurrence;
 mod relist;
 pub mod scale;
 pub mod schedule;

@@ -350,6 +350,9 @@ async fn observe(
     };
     let mut memory = status::stored_memory(scaler.status.as_ref(), &uid, &target_uid);
     memory.samples = ctx.memory.samples(&uid);
+    if let Some(profile) = ctx.memory.recurring(&uid, &target_uid) {
+        memory.recurring = profile;
+    }
     let input = Input {
         signal,
         target: observed.clone(),
@@ -390,6 +393,8 @@ async fn observe(
     } = law(&input, &stages, activation, objective_read.as_ref(), stored);
     ctx.memory
         .set_samples(&uid, decision.memory.samples.clone());
+    ctx.memory
+        .set_recurring(&uid, &target_uid, decision.memory.recurring.clone());
     if let Some(learnt) = &objective {
         ctx.memory.set_curve(&uid, learnt.curve.clone());
     }

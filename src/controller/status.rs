@@ -151,6 +151,9 @@ pub fn render(
             }
             status.current_metrics = metric_statuses(previous, decision, now);
             status.recommendation_history = history(scaler.uid, target_uid, &decision.memory);
+            status.recurrence =
+                super::recurrence::render(&decision.memory.recurring, target_uid, now)
+                    .map(Box::new);
             if let Some(startup) = startup {
                 status.startup = Some((*startup).clone());
             }
@@ -188,7 +191,7 @@ pub fn stored_memory(status: Option<&LLMScalerStatus>, uid: &str, target_uid: &s
             })
             .collect()
     };
-    status
+    let mut memory = status
         .and_then(|s| s.recommendation_history.as_ref())
         .filter(|h| h.uid == uid)
         .filter(|h| h.target_uid.as_deref().is_none_or(|t| t == target_uid))
@@ -204,8 +207,13 @@ pub fn stored_memory(status: Option<&LLMScalerStatus>, uid: &str, target_uid: &s
                 })
                 .collect(),
             samples: Vec::new(),
+            recurring: Default::default(),
         })
-        .unwrap_or_default()
+        .unwrap_or_default();
+    // The recurrence's days are the target's traffic: another target's are dropped.
+    memory.recurring =
+        super::recurrence::stored(status.and_then(|s| s.recurrence.as_deref()), target_uid);
+    memory
 }
 
 /// A scale-to-zero timer as status stores it. A `Time` is written to the whole second, and the

@@ -7,6 +7,8 @@ use std::fmt;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
+use super::recurring::Recurrence;
+
 /// What a rate policy counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PolicyKind {
@@ -90,6 +92,8 @@ pub struct Behavior {
     /// A pace every scale-down also keeps, whatever the policies and `selectPolicy` allow (set by
     /// the objective stage, not by the spec).
     pub down_pace: Option<RatePolicy>,
+    /// Demand that recurs each period, remembered and started ahead of (spec).
+    pub recurrence: Option<Recurrence>,
 }
 
 impl Behavior {
@@ -100,6 +104,7 @@ impl Behavior {
             down: Rules::unlimited(),
             max_step: 0,
             down_pace: None,
+            recurrence: None,
         }
     }
 
@@ -359,6 +364,7 @@ mod tests {
             down: rules(vec![pods(1, 120)], Select::Max),
             max_step: 0,
             down_pace: None,
+            recurrence: None,
         };
         let kept = remember(&[], &behavior, 3, 7, t(0));
         assert_eq!(
@@ -388,6 +394,7 @@ mod tests {
             down: Rules::unlimited(),
             max_step: 0,
             down_pace: None,
+            recurrence: None,
         };
         let mut kept = Vec::new();
         for i in 0..200 {

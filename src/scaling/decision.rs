@@ -5,6 +5,7 @@ use k8s_openapi::jiff::Timestamp;
 use super::behavior::{self, Behavior, Change};
 use super::forecast::{self, Sample};
 use super::recommend::{SkipReason, metric_need, round_up};
+use super::recurring;
 use super::stabilization::{Entry, Hold, record, stabilized};
 use super::step::cap_scale_down;
 use super::types::{
@@ -20,6 +21,9 @@ use crate::names::DECISION_METRIC;
 /// whether it came from the ratio (looked ahead and toleranced) or is an absolute count.
 struct Measured {
     need: Option<f64>,
+    /// Under one ratio metric, its per-replica target: the need times it is the metric's total
+    /// load, which the recurrence remembers.
+    per_replica: Option<f64>,
     ratio: bool,
     metrics: Vec<MetricOutcome>,
     hold: Option<HoldReason>,
@@ -49,8 +53,13 @@ fn measure(signal: &Signal, ready: i32) -> Measured {
                 .iter()
                 .filter_map(|n| n.as_ref().ok().copied())
                 .reduce(f64::max);
+            let per_replica = match readings.as_slice() {
+                [one] if one.target.is_finite() && one.target > 0.0 => Some(one.target),
+                _ => None,
+            };
             Measured {
                 need,
+                per_replica,
                 ratio: true,
                 metrics,
                 hold: need.is_none().then_some(HoldReason::NoUsableMetric),
@@ -58,6 +67,7 @@ fn measure(signal: &Signal, ready: i32) -> Measured {
         }
         Signal::Absolute(Ok(count)) if *count >= 0 => Measured {
             need: Some(f64::from(*count)),
+            per_replica: None,
             ratio: false,
             metrics: vec![MetricOutcome {
                 name: DECISION_METRIC.to_owned(),
@@ -73,6 +83,7 @@ fn measure(signal: &Signal, ready: i32) -> Measured {
             };
             Measured {
                 need: None,
+                per_replica: None,
                 ratio: false,
                 metrics: vec![MetricOutcome {
                     name: DECISION_METRIC.to_owned(),
@@ -88,15 +99,23 @@ fn measure(signal: &Signal, ready: i32) -> Measured {
 /// The ratio's recommendation made start-up aware: sized for the demand one start-up delay
 /// ahead when that is higher (never lower), compared with the replicas already asked for
 /// (starting pods are capacity on its way), and left alone inside the tolerance.
-fn plan(need: f64, input: &Input, reasons: &mut Vec<Reason>) -> i32 {
+///
+/// `recurring` is what the remembered periods needed from now until one start-up ahead (in
+/// replicas): unlike the trend, it starts a scale-up on its own, since it was measured on the
+/// days before rather than guessed from this one, and it holds a scale-down off.
+fn plan(need: f64, recurring: Option<f64>, input: &Input, reasons: &mut Vec<Reason>) -> i32 {
     let current = input.target.spec_replicas;
     let ready = input.target.ready_replicas;
     let horizon = input.startup_seconds.unwrap_or(0.0);
     let expected = forecast::look_ahead(&input.memory.samples, need, input.now, horizon);
-    let up_need = expected.unwrap_or(need);
     let measured = round_up(need);
+    let early = recurring
+        .filter(|r| r.is_finite() && *r > need)
+        .map(round_up)
+        .filter(|r| *r > measured);
+    let up_need = expected.unwrap_or(need);
     if current <= 0 {
-        return round_up(up_need);
+        return round_up(up_need).max(early.unwrap_or(0));
     }
     let current_f = f64::from(current);
     let up_tolerance = input.behavior.up.tolerance.max(0.0);
@@ -104,7 +123,9 @@ fn plan(need: f64, input: &Input, reasons: &mut Vec<Reason>) -> i32 {
     // The measurement decides whether to scale up; the forecast only sizes the step, so noise
     // in the trend never starts a scale-up on its own.
     let recommendation = if need > current_f * (1.0 + up_tolerance) {
-        round_up(up_need)
+        round_up(up_need).max(early.unwrap_or(0))
+    } else if let Some(early) = early.filter(|e| *e > current) {
+        early
     } else if need < current_f * (1.0 - down_tolerance) {
         if expected.is_some() {
             // The trend never deepens a scale-down, and a rising one holds it off: a pod removed
@@ -117,12 +138,18 @@ fn plan(need: f64, input: &Input, reasons: &mut Vec<Reason>) -> i32 {
             }));
             current
         } else {
-            measured
+            measured.max(early.unwrap_or(0).min(current))
         }
     } else {
         current
     };
-    if recommendation > current && recommendation > measured {
+    if let Some(early) = early.filter(|e| recommendation == *e && *e > round_up(up_need)) {
+        reasons.push(Reason::Planned(PlanReason::Recurring {
+            measured,
+            expected: early,
+            horizon_seconds: horizon.round() as i32,
+        }));
+    } else if recommendation > current && recommendation > measured {
         reasons.push(Reason::Planned(PlanReason::LookedAhead {
             measured,
             expected: recommendation,
@@ -183,8 +210,24 @@ pub fn decide(input: &Input) -> Decision {
             memory: memory.clone(),
         };
     };
+    // This sync's load joins the remembered periods before they are read, so the first sync of
+    // a period already reads the one just finished.
+    let remembered = behavior
+        .recurrence
+        .zip(measured.per_replica)
+        .map(|(rules, per_replica)| {
+            let profile = recurring::record(&memory.recurring, rules, *now, need * per_replica);
+            let ahead = recurring::expected(&profile, rules, *now, startup_seconds.unwrap_or(0.0))
+                .map(|load| load / per_replica);
+            (profile, ahead)
+        });
     let recommended = if measured.ratio {
-        plan(need, input, &mut reasons)
+        plan(
+            need,
+            remembered.as_ref().and_then(|(_, ahead)| *ahead),
+            input,
+            &mut reasons,
+        )
     } else {
         round_up(need)
     };
@@ -270,6 +313,7 @@ pub fn decide(input: &Input) -> Decision {
         } else {
             Vec::new()
         },
+        recurring: remembered.map(|(profile, _)| profile).unwrap_or_default(),
     };
 
     let mut write = None;
@@ -885,6 +929,103 @@ mod tests {
         assert_eq!(decide(&i).write, None);
     }
 
+    /// A day of an hour: 10 pods' load at night, 40 from minute 20 to 40, remembered over
+    /// `days` periods and measured this period until `until` seconds in.
+    fn remembered(days: u32, until: i64) -> (crate::scaling::Recurrence, Memory) {
+        let rules = crate::scaling::Recurrence {
+            period_seconds: 3600,
+            days,
+        };
+        let load = |s: i64| {
+            if (1200..2400).contains(&s.rem_euclid(3600)) {
+                40.0
+            } else {
+                10.0
+            }
+        };
+        let mut profile = recurring::Profile::default();
+        let mut at = 0;
+        while at < i64::from(days) * 3600 + until {
+            profile = recurring::record(&profile, rules, t(at), load(at));
+            at += 15;
+        }
+        (
+            rules,
+            Memory {
+                recurring: profile,
+                ..Memory::default()
+            },
+        )
+    }
+
+    /// `replicas` settled pods each reading `per_pod` against a target of 1, `until` seconds
+    /// into the period after those [`remembered`] over `days`, with a 300 s start-up.
+    fn remembering(per_pod: f64, replicas: i32, days: u32, until: i64) -> Input {
+        let (rules, memory) = remembered(days, until);
+        let mut i = input(
+            Signal::Ratio(vec![metric("q", per_pod, 1.0)]),
+            settled(replicas),
+            1,
+            64,
+        );
+        i.now = t(i64::from(days) * 3600 + until);
+        i.startup_seconds = Some(300.0);
+        i.behavior.recurrence = Some(rules);
+        i.memory = memory;
+        i
+    }
+
+    #[test]
+    fn a_rise_every_remembered_period_saw_starts_pods_before_it_shows() {
+        // Four minutes before the rise, with a 300 s start-up: 10 pods measured at 1 request
+        // each against a target of 1; yesterday's rise to 40 is within reach of a pod asked for
+        // now, so 40 are asked for at once, and the reason says why.
+        let mut i = remembering(1.0, 10, 1, 960);
+        let d = decide(&i);
+        assert_eq!(d.write, Some(40));
+        assert!(
+            d.reasons.contains(&Reason::Planned(PlanReason::Recurring {
+                measured: 10,
+                expected: 40,
+                horizon_seconds: 300
+            })),
+            "{:?}",
+            d.reasons
+        );
+        // Never above maxReplicas.
+        i.bounds.max = 25;
+        assert_eq!(decide(&i).write, Some(25));
+        // Ten minutes earlier the rise is beyond one start-up: nothing moves.
+        assert_eq!(decide(&remembering(1.0, 10, 1, 360)).write, None);
+        // Without the spec's recurrence the same memory asks for nothing.
+        let mut i = remembering(1.0, 10, 1, 960);
+        i.behavior.recurrence = None;
+        assert_eq!(decide(&i).write, None);
+    }
+
+    #[test]
+    fn a_rise_fewer_periods_saw_than_the_spec_asks_starts_nothing() {
+        let mut i = remembering(1.0, 10, 1, 960);
+        i.behavior.recurrence = Some(crate::scaling::Recurrence {
+            period_seconds: 3600,
+            days: 2,
+        });
+        assert_eq!(decide(&i).write, None);
+    }
+
+    #[test]
+    fn a_remembered_load_holds_a_scale_down_off_until_it_passes() {
+        // Mid-rise, 40 pods, a quiet minute measures 20: the rise every remembered period saw
+        // holds the fleet.
+        let mut i = remembering(0.5, 40, 1, 1800);
+        i.behavior.down.window_seconds = 0;
+        assert_eq!(decide(&i).desired, 40);
+        // After it (and one start-up on), the measurement decides.
+        let mut i = remembering(0.5, 40, 1, 2800);
+        i.behavior.down.window_seconds = 0;
+        assert_eq!(decide(&i).desired, 20);
+    }
+
     #[test]
     fn a_rising_demand_holds_off_a_scale_down_and_a_flat_one_does_not() {
         // 20 replicas; the need rose from 6 to 12 over six minutes and is measured at 12, below
@@ -1204,6 +1345,7 @@ mod properties {
                             value,
                             period_seconds,
                         }),
+                        recurrence: None,
                     },
                     startup_seconds,
                     memory: Memory {
@@ -1221,6 +1363,7 @@ mod properties {
                             v.sort_by_key(|s| s.at);
                             v
                         },
+                        recurring: Default::default(),
                     },
                     now: t(600),
                     latency_unread: None,
@@ -1281,6 +1424,38 @@ mod properties {
         }
 
         #[test]
+        fn a_remembered_load_never_lowers_the_fleet_nor_passes_max(
+            i in any_input(),
+            loads in prop::collection::vec(0.0f64..500.0, 1..40),
+            days in 1u32..3,
+        ) {
+            let rules = crate::scaling::Recurrence { period_seconds: 3600, days };
+            // The periods before `i.now`, at 90 s steps, the loads repeated.
+            let mut profile = recurring::Profile::default();
+            let start = i.now.as_second() - i64::from(days) * 3600 - 1800;
+            for k in 0..(i64::from(days) * 40 + 20) {
+                let at = Timestamp::from_second(start + k * 90).unwrap();
+                let load = loads[usize::try_from(k).unwrap() % loads.len()];
+                profile = recurring::record(&profile, rules, at, load);
+            }
+            let without = decide(&i);
+            let mut remembering = i.clone();
+            remembering.behavior.recurrence = Some(rules);
+            remembering.memory.recurring = profile;
+            let with = decide(&remembering);
+            prop_assert!(
+                with.desired >= without.desired,
+                "the remembered load lowered {} to {}", without.desired, with.desired
+            );
+            if let Some(w) = with.write {
+                prop_assert!(
+                    w <= i.bounds.max.max(i.target.spec_replicas),
+                    "wrote {w} above max {}", i.bounds.max
+                );
+            }
+        }
+
+        #[test]
         fn a_constant_signal_never_moves_a_settled_fleet(
             replicas in 1..60i32,
             per_replica in 0.01..100f64,
@@ -1304,7 +1479,7 @@ mod properties {
                         rollout: None,
                     },
                     bounds: Bounds { min: 1, max: 100 },
-                    behavior: Behavior { up: up.clone(), down: down.clone(), max_step: 0, down_pace: None },
+                    behavior: Behavior { up: up.clone(), down: down.clone(), max_step: 0, down_pace: None, recurrence: None },
                     startup_seconds: Some(180.0),
                     memory,
                     now: t(15 * k as i64),
@@ -1333,6 +1508,7 @@ mod properties {
                     down: Rules { tolerance: 0.1, ..Rules::unlimited() },
                     max_step: 0,
                     down_pace: None,
+                    recurrence: None,
                 },
                 startup_seconds: None,
                 memory: Memory::default(),

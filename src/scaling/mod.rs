@@ -19,6 +19,7 @@ mod law;
 mod objective;
 mod pause;
 mod recommend;
+mod recurring;
 mod stabilization;
 mod startup;
 mod step;
@@ -43,6 +44,9 @@ pub use objective::{
 };
 pub use pause::paused;
 pub use recommend::{SkipReason, TargetType, ratio_recommendation};
+pub use recurring::{
+    BINS as RECURRING_BINS, Profile, Recurrence, Running, position as recurring_position, record,
+};
 pub use stabilization::{Entry, MAX_HISTORY};
 pub use startup::{
     Learned, MAX_STARTUP_SECONDS, effective as effective_startup, learn as learn_startup,

@@ -7,6 +7,7 @@ use k8s_openapi::jiff::Timestamp;
 use super::behavior::{Behavior, Change, RatePolicy};
 use super::forecast::Sample;
 use super::recommend::{SkipReason, TargetType};
+use super::recurring::Profile;
 use super::stabilization::Entry;
 use super::unreadable::Unreadable;
 
@@ -71,6 +72,8 @@ pub struct Memory {
     pub up: Vec<Entry>,
     pub changes: Vec<Change>,
     pub samples: Vec<Sample>,
+    /// The load each stretch of the period carried on the periods before (under a recurrence).
+    pub recurring: Profile,
 }
 
 /// Everything one decision depends on.
@@ -193,6 +196,13 @@ pub enum PlanReason {
     /// noise, so the fleet stays at `kept`: a pod removed now would be asked for again before a
     /// new one could be Ready.
     RisingDemand { measured: i32, kept: i32 },
+    /// Sized for what the remembered periods needed between now and one start-up ahead, above
+    /// what was measured: the rise they all saw is started before it shows.
+    Recurring {
+        measured: i32,
+        expected: i32,
+        horizon_seconds: i32,
+    },
 }
 
 /// Why a sync did what it did; status conditions and events are rendered from these.
