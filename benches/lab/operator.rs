@@ -9,7 +9,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use llmscaleoperator::api::behavior::{behavior, stages, target_type, zero_rules};
 use llmscaleoperator::api::objective::{DEFAULT_PRIOR, rules as objective_rules};
 use llmscaleoperator::api::validation::parse_target;
-use llmscaleoperator::api::{LLMScalerSpec, ScaleDownBehavior};
+use llmscaleoperator::api::{LLMScalerSpec, Recurrence, ScaleDownBehavior};
 use llmscaleoperator::scaling::{
     Bounds as OpBounds, Capacity, Input, Latency, Learned, LoadCurve, Memory, MetricReading,
     OBJECTIVE_METRIC, ObjectiveReading, Pause, Signal as OpSignal, SkipReason, Stored, TargetState,
@@ -182,6 +182,17 @@ impl Operator {
             format!("llmscaleoperator (objective, prior {prior})")
         };
         operator
+    }
+
+    /// With the spec's `recurrence` at its defaults but for the period: the lab's traces with a
+    /// daily cycle fit a day into `period_seconds` (an hour).
+    pub fn remembering(mut self, period_seconds: i32) -> Self {
+        self.spec.recurrence = Some(Recurrence {
+            period_seconds,
+            ..Recurrence::default()
+        });
+        self.label = format!("{} (recurrence)", self.label);
+        self
     }
 
     /// The capacity learned so far, when scaling to the objective.

@@ -59,6 +59,8 @@ pub enum Shape {
     Idle,
     Steady,
     Diurnal,
+    /// `diurnal`'s day four times over: for a policy that remembers the days before.
+    DiurnalDays,
 }
 
 impl Shape {
@@ -73,6 +75,9 @@ impl Shape {
         Shape::Diurnal,
     ];
 
+    /// Shapes run only when named (`--traces`).
+    pub const MORE: [Shape; 1] = [Shape::DiurnalDays];
+
     pub fn name(self) -> &'static str {
         match self {
             Shape::Conversation => "conversation",
@@ -83,16 +88,24 @@ impl Shape {
             Shape::Idle => "idle",
             Shape::Steady => "steady",
             Shape::Diurnal => "diurnal",
+            Shape::DiurnalDays => "diurnal-days",
         }
     }
 
     pub fn parse(name: &str) -> Option<Shape> {
-        Shape::ALL.into_iter().find(|s| s.name() == name)
+        Shape::ALL
+            .into_iter()
+            .chain(Shape::MORE)
+            .find(|s| s.name() == name)
     }
 
     /// Seconds of load in a run.
     pub fn duration(self) -> f64 {
-        3600.0
+        if self == Shape::DiurnalDays {
+            4.0 * DAY
+        } else {
+            DAY
+        }
     }
 
     /// Gamma shape of the inter-arrival gaps (1 = Poisson).
@@ -100,7 +113,12 @@ impl Shape {
         match self {
             Shape::Conversation | Shape::Code => 0.5,
             Shape::BurstGpt => 0.25,
-            Shape::Step | Shape::Threshold | Shape::Idle | Shape::Steady | Shape::Diurnal => 1.0,
+            Shape::Step
+            | Shape::Threshold
+            | Shape::Idle
+            | Shape::Steady
+            | Shape::Diurnal
+            | Shape::DiurnalDays => 1.0,
         }
     }
 
@@ -114,6 +132,9 @@ impl Shape {
         self == Shape::Idle
     }
 }
+
+/// A lab run's day: the shapes with a daily cycle fit it into an hour.
+pub const DAY: f64 = 3600.0;
 
 const STEP_START: f64 = 1200.0;
 const STEP_END: f64 = 2400.0;
@@ -146,14 +167,15 @@ fn rate(shape: Shape, t: f64, phases: [f64; 3]) -> f64 {
         // The live simulator's built-in traces (`crate::trace`), as they are, now with Poisson
         // noise: the same load throughout, and a night, a morning ramp, a plateau
         // and an evening fall. (Its `burst` is the step above, its `idle` the sessions below.)
-        Shape::Steady | Shape::Diurnal => {
+        Shape::Steady | Shape::Diurnal | Shape::DiurnalDays => {
             let name = if shape == Shape::Steady {
                 "steady"
             } else {
                 "diurnal"
             };
-            Trace::builtin(name, 3600.0)
-                .map_or(0.0, |trace| trace.rate(Duration::from_secs_f64(t.max(0.0))))
+            let into_day = t.max(0.0) % DAY;
+            Trace::builtin(name, DAY)
+                .map_or(0.0, |trace| trace.rate(Duration::from_secs_f64(into_day)))
         }
         // Five-minute sessions at 0.8 req/s separated by silences of 10 to 15 minutes.
         Shape::Idle => {
@@ -281,7 +303,8 @@ fn prefix_reuse(shape: Shape) -> (f64, u32, f64) {
         | Shape::Threshold
         | Shape::Idle
         | Shape::Steady
-        | Shape::Diurnal => (0.6, 400, 0.7),
+        | Shape::Diurnal
+        | Shape::DiurnalDays => (0.6, 400, 0.7),
         // A repository's context, shared by the requests of one session.
         Shape::Code => (0.7, 150, 0.8),
         Shape::BurstGpt => (0.4, 800, 0.5),
