@@ -313,7 +313,13 @@ pub fn decide(input: &Input) -> Decision {
         } else {
             Vec::new()
         },
-        recurring: remembered.map(|(profile, _)| profile).unwrap_or_default(),
+        // A sync that could not weigh its load (no single per-replica target) keeps the days
+        // seen; a spec without a recurrence forgets them.
+        recurring: match (remembered, behavior.recurrence) {
+            (Some((profile, _)), _) => profile,
+            (None, Some(_)) => memory.recurring.clone(),
+            (None, None) => recurring::Profile::default(),
+        },
     };
 
     let mut write = None;
@@ -1001,6 +1007,19 @@ mod tests {
         let mut i = remembering(1.0, 10, 1, 960);
         i.behavior.recurrence = None;
         assert_eq!(decide(&i).write, None);
+    }
+
+    #[test]
+    fn the_days_seen_are_kept_through_a_sync_that_cannot_weigh_its_load() {
+        // Two readings have no one per-replica target: the sync records nothing, forgets
+        // nothing.
+        let mut i = remembering(1.0, 10, 1, 960);
+        let seen = i.memory.recurring.clone();
+        i.signal = Signal::Ratio(vec![metric("q", 1.0, 1.0), metric("r", 1.0, 2.0)]);
+        assert_eq!(decide(&i).memory.recurring, seen);
+        // A spec without a recurrence forgets them.
+        i.behavior.recurrence = None;
+        assert_eq!(decide(&i).memory.recurring, recurring::Profile::default());
     }
 
     #[test]
