@@ -350,9 +350,14 @@ async fn observe(
     };
     let mut memory = status::stored_memory(scaler.status.as_ref(), &uid, &target_uid);
     memory.samples = ctx.memory.samples(&uid);
-    if let Some(profile) = ctx.memory.recurring(&uid, &target_uid) {
-        memory.recurring = profile;
-    }
+    // The recurrence's days: this process's, with the stretch under way, or else status's
+    // finished stretches (another target's are dropped), read only then.
+    memory.recurring = ctx.memory.recurring(&uid, &target_uid).unwrap_or_else(|| {
+        super::recurrence::stored(
+            scaler.status.as_ref().and_then(|s| s.recurrence.as_deref()),
+            &target_uid,
+        )
+    });
     let input = Input {
         signal,
         target: observed.clone(),

@@ -191,7 +191,7 @@ pub fn stored_memory(status: Option<&LLMScalerStatus>, uid: &str, target_uid: &s
             })
             .collect()
     };
-    let mut memory = status
+    status
         .and_then(|s| s.recommendation_history.as_ref())
         .filter(|h| h.uid == uid)
         .filter(|h| h.target_uid.as_deref().is_none_or(|t| t == target_uid))
@@ -209,11 +209,7 @@ pub fn stored_memory(status: Option<&LLMScalerStatus>, uid: &str, target_uid: &s
             samples: Vec::new(),
             recurring: Default::default(),
         })
-        .unwrap_or_default();
-    // The recurrence's days are the target's traffic: another target's are dropped.
-    memory.recurring =
-        super::recurrence::stored(status.and_then(|s| s.recurrence.as_deref()), target_uid);
-    memory
+        .unwrap_or_default()
 }
 
 /// A scale-to-zero timer as status stores it. A `Time` is written to the whole second, and the
