@@ -905,11 +905,15 @@ fn render_cell(md: &mut String, dir: &Path, shape: &Trace, delay: u64, runs: &[R
 /// of 16 in flight, the law before start-up awareness and behavior, that target without the
 /// look-ahead, and (on a trace of several days) the objective with a recurrence.
 const SUMMARY_VARIANTS: [&str; 4] = [
-    "llmscaleoperator (recurrence)",
+    RECURRENCE,
     "llmscaleoperator (target 16)",
     "llmscaleoperator (before: plain ratio)",
     "llmscaleoperator (no look-ahead)",
 ];
+
+/// The objective with a recurrence: an opt-in setting a user turns on for traffic that repeats,
+/// so its verdict is rendered beside the defaults' where it ran.
+const RECURRENCE: &str = "llmscaleoperator (recurrence)";
 
 fn render_summary(grouped: &BTreeMap<CellKey, Vec<Runs>>) -> String {
     let mut md = String::new();
@@ -1051,11 +1055,7 @@ fn render_verdicts(
             v.hours,
             cheapest.map_or_else(|| "none".to_owned(), |c| c.setting.clone()),
             cheapest.map_or_else(|| "-".to_owned(), |c| format!("{:.1}", c.mean_hours())),
-            match (v.ratio, v.ratio_interval) {
-                (Some(r), Some(i)) => format!("{r:.2} [{:.2}, {:.2}]", i.low, i.high),
-                (Some(r), None) => format!("{r:.2}"),
-                _ => "-".to_owned(),
-            },
+            ratio_cell(&v),
             v.bound_vs_cheapest
                 .map_or_else(|| "-".to_owned(), |r| format!("{r:.2}")),
             v.oscillations.0,
@@ -1067,6 +1067,39 @@ fn render_verdicts(
             },
             v.standing().describe(),
         );
+    }
+    let opted: Vec<(&CellKey, verdict::Verdict)> = grouped
+        .iter()
+        .filter_map(|(key, runs)| {
+            let bound = bounds.get(key).copied().unwrap_or(f64::NAN);
+            verdict::judge_entrant(runs, RECURRENCE, verdict::LEVEL, bound).map(|v| (key, v))
+        })
+        .collect();
+    if !opted.is_empty() {
+        let _ = writeln!(
+            md,
+            "\n**With a recurrence** (`{RECURRENCE}`, opt-in), judged the same way on the same seeds:\n\n\
+             | trace | start-up | attained, replica-h | cheapest peer at {level}% | ÷ cheapest | oscillations (it / HPA) | standing |\n\
+             | --- | ---: | ---: | --- | ---: | ---: | --- |",
+            level = pct(verdict::LEVEL),
+        );
+        for ((trace, delay), v) in opted {
+            let _ = writeln!(
+                md,
+                "| {} | {delay} s | {:.2}%, {:.1} | {} | {} | {:.1} / {:.1} | {} |",
+                trace.name(),
+                100.0 * v.attained,
+                v.hours,
+                v.cheapest.as_ref().map_or_else(
+                    || "none".to_owned(),
+                    |c| format!("{}: {:.1} h", c.setting, c.mean_hours())
+                ),
+                ratio_cell(&v),
+                v.oscillations.0,
+                v.oscillations.1,
+                v.standing().describe(),
+            );
+        }
     }
     let _ = writeln!(
         md,
@@ -1113,6 +1146,15 @@ fn render_verdicts(
     }
     md.push('\n');
     md
+}
+
+/// Operator ÷ cheapest with its paired interval, `-` where there is no ratio.
+fn ratio_cell(v: &verdict::Verdict) -> String {
+    match (v.ratio, v.ratio_interval) {
+        (Some(r), Some(i)) => format!("{r:.2} [{:.2}, {:.2}]", i.low, i.high),
+        (Some(r), None) => format!("{r:.2}"),
+        _ => "-".to_owned(),
+    }
 }
 
 fn family_rank(family: &str) -> usize {

@@ -152,6 +152,20 @@ impl Verdict {
 /// the operator's defaults.
 pub fn judge(runs: &[Runs], level: f64, bound: f64) -> Option<Verdict> {
     let op = runs.iter().find(|r| r.family == "operator" && r.default)?;
+    judge_runs(runs, op, level, bound)
+}
+
+/// Judges one of the operator's other entrants (an opt-in setting, by its label) as [`judge`]
+/// judges the defaults: against every peer family's cheapest way to `level`, paired by seed.
+/// `None` where the cell has no entrant of that label.
+pub fn judge_entrant(runs: &[Runs], label: &str, level: f64, bound: f64) -> Option<Verdict> {
+    let op = runs
+        .iter()
+        .find(|r| r.family == "operator" && r.label == label)?;
+    judge_runs(runs, op, level, bound)
+}
+
+fn judge_runs(runs: &[Runs], op: &Runs, level: f64, bound: f64) -> Option<Verdict> {
     let mine = summarize(&op.outcomes);
     let mut families: Vec<&str> = runs
         .iter()
@@ -358,6 +372,29 @@ mod tests {
         let v = judge(&cell(&[(1000, 30.0, 2); 3]), 0.9995, 4.0).unwrap();
         assert_eq!(v.standing(), Standing::Alone);
         assert!(judge(&cell(&[])[1..], LEVEL, 4.0).is_none());
+    }
+
+    #[test]
+    fn an_opt_in_entrant_is_judged_by_its_label_as_the_defaults_are() {
+        // The defaults fall below the level; the entrant beside them reaches it for 8 h against
+        // the HPA's 10: a win, judged on its own seeds.
+        let mut runs = cell(&[(980, 5.0, 2); 3]);
+        runs.push(setting(
+            "llmscaleoperator (recurrence)",
+            "operator",
+            false,
+            &[(995, 8.0, 3); 3],
+        ));
+        assert_eq!(
+            judge(&runs, LEVEL, 4.0).unwrap().standing(),
+            Standing::BelowLevel
+        );
+        let v = judge_entrant(&runs, "llmscaleoperator (recurrence)", LEVEL, 4.0).unwrap();
+        assert!((v.ratio.unwrap() - 0.8).abs() < 1e-9, "{v:?}");
+        assert_eq!((v.standing(), v.oscillations), (Standing::Wins, (3.0, 2.0)));
+        // Only the operator's own entrants, and only those present, are judged.
+        assert!(judge_entrant(&runs, "HPA (target 8)", LEVEL, 4.0).is_none());
+        assert!(judge_entrant(&runs, "llmscaleoperator (no look-ahead)", LEVEL, 4.0).is_none());
     }
 
     #[test]
