@@ -22,7 +22,7 @@ pub const PAUSED: &str = "Paused";
 pub const FALLBACK_ACTIVE: &str = "FallbackActive";
 /// The reason of the event that says a scale-down waits because the demand is rising.
 pub const RISING_DEMAND: &str = "RisingDemand";
-/// The reason of the event that says the load remembered for this time of the period holds the
+/// The reason of the event that says the rise remembered for this time of the period holds the
 /// fleet (spec.recurrence).
 pub const RECURRING_DEMAND: &str = "RecurringDemand";
 
@@ -229,7 +229,7 @@ pub fn decision_notes(
             }) if decision.write.is_none() => Note::normal(
                 RECURRING_DEMAND,
                 format!(
-                    "the load remembered for this time of the period holds {target_name} at {expected} ({measured} measured)"
+                    "the rise remembered for this time of the period holds {target_name} at {expected} ({measured} measured)"
                 ),
             ),
             Reason::Planned(PlanReason::StartingCounted { starting }) => Note::normal(
@@ -294,7 +294,7 @@ fn looked_ahead(decision: &Decision) -> Option<String> {
             expected,
             horizon_seconds,
         }) => Some(format!(
-            "sized at {expected} for the load the periods before carried from now to {horizon_seconds}s ahead ({measured} measured)"
+            "sized at {expected} for the rise the periods before saw from now to {horizon_seconds}s ahead ({measured} measured)"
         )),
         _ => None,
     })
@@ -545,7 +545,7 @@ mod tests {
         let notes = decision_notes(&scaler(), &up, &target, false);
         assert_eq!(
             notes[0].message,
-            "scaled Deployment/vllm from 10 to 40; sized at 40 for the load the periods before carried from now to 300s ahead (10 measured)"
+            "scaled Deployment/vllm from 10 to 40; sized at 40 for the rise the periods before saw from now to 300s ahead (10 measured)"
         );
         let held = Decision { write: None, ..up };
         let target = TargetState {
@@ -558,7 +558,7 @@ mod tests {
         assert_eq!(notes[0].reason, RECURRING_DEMAND);
         assert_eq!(
             notes[0].message,
-            "the load remembered for this time of the period holds Deployment/vllm at 40 (10 measured)"
+            "the rise remembered for this time of the period holds Deployment/vllm at 40 (10 measured)"
         );
     }
 

@@ -611,21 +611,37 @@ async fn the_remembered_load_lives_in_status_and_starts_pods_ahead_of_it() {
         &h.api.writes()[writes..]
     );
 
-    // A new process (a restart, another leader) reads status, where a period before carried 50
-    // at every stretch: 50 pods' worth is asked for at once, up to maxReplicas, and the event
-    // says why.
-    scaler["status"]["recurrence"]["before"] = json!([vec!["50"; 96].join(" ")]);
+    // A new process (a restart, another leader) reads status, where a period before carried 2
+    // in the stretch now (and the next, should the sync fall in it) and 50 in every other: with
+    // a start-up of an hour every stretch is within reach, the rise is 25× (bounded at 4×), and
+    // 2 × 4 is asked for at once; the event says why.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after the epoch")
+        .as_secs();
+    let stretch = usize::try_from(now % 3600 * 96 / 3600).expect("a stretch");
+    let before: Vec<&str> = (0..96)
+        .map(|k| {
+            if k == stretch || k == (stretch + 1) % 96 {
+                "2"
+            } else {
+                "50"
+            }
+        })
+        .collect();
+    scaler["status"]["recurrence"]["before"] = json!([before.join(" ")]);
+    scaler["spec"]["startupSeconds"] = json!(3600);
     let restarted = Harness::leader(h.api.clone());
     // Its first sync waits for its own slot; the next does the work.
     restarted.sync_and_store(&mut scaler).await;
     assert!(restarted.api.scale_writes("vllm").is_empty());
     restarted.sync_and_store(&mut scaler).await;
-    assert_eq!(restarted.api.scale_writes("vllm"), vec![10]);
+    assert_eq!(restarted.api.scale_writes("vllm"), vec![8]);
     let events = restarted.api.events();
     assert!(
         events.iter().any(|(r, n)| r == "ScaledUp"
             && n.contains(
-                "for the load the periods before carried from now to 0s ahead (2 measured)"
+                "for the rise the periods before saw from now to 3600s ahead (2 measured)"
             )),
         "{events:?}"
     );
@@ -634,7 +650,7 @@ async fn the_remembered_load_lives_in_status_and_starts_pods_ahead_of_it() {
         scaler["status"]["recurrence"]["before"][0]
             .as_str()
             .map(|d| d.split(' ').filter(|c| *c == "50").count()),
-        Some(96)
+        Some(94)
     );
 }
 

@@ -22,7 +22,8 @@ use crate::names::DECISION_METRIC;
 struct Measured {
     need: Option<f64>,
     /// Under one ratio metric, its per-replica target: the need times it is the metric's total
-    /// load, which the recurrence remembers.
+    /// load, which the recurrence remembers (so a capacity learned mid-rise does not read as a
+    /// change of load).
     per_replica: Option<f64>,
     ratio: bool,
     metrics: Vec<MetricOutcome>,
@@ -100,8 +101,8 @@ fn measure(signal: &Signal, ready: i32) -> Measured {
 /// ahead when that is higher (never lower), compared with the replicas already asked for
 /// (starting pods are capacity on its way), and left alone inside the tolerance.
 ///
-/// `recurring` is what the remembered periods needed from now until one start-up ahead (in
-/// replicas): unlike the trend, it starts a scale-up on its own, since it was measured on the
+/// `recurring` is the need now grown by the rise the remembered periods saw from now until one
+/// start-up ahead (in replicas): unlike the trend, it starts a scale-up on its own, since it was measured on the
 /// days before rather than guessed from this one, and it holds a scale-down off.
 fn plan(need: f64, recurring: Option<f64>, input: &Input, reasons: &mut Vec<Reason>) -> i32 {
     let current = input.target.spec_replicas;
@@ -217,8 +218,11 @@ pub fn decide(input: &Input) -> Decision {
         .zip(measured.per_replica)
         .map(|(rules, per_replica)| {
             let profile = recurring::record(&memory.recurring, rules, *now, need * per_replica);
-            let ahead = recurring::expected(&profile, rules, *now, startup_seconds.unwrap_or(0.0))
-                .map(|load| load / per_replica);
+            // The growth the remembered periods saw, applied to the load now: requests in flight
+            // are not conserved across fleet sizes (a leaner fleet batches more and each request
+            // runs longer), so yesterday's load itself undercounts today's on a leaner fleet.
+            let ahead = recurring::growth(&profile, rules, *now, startup_seconds.unwrap_or(0.0))
+                .map(|g| g * need);
             (profile, ahead)
         });
     let recommended = if measured.ratio {
@@ -1033,14 +1037,16 @@ mod tests {
     }
 
     #[test]
-    fn a_remembered_load_holds_a_scale_down_off_until_it_passes() {
-        // Mid-rise, 40 pods, a quiet minute measures 20: the rise every remembered period saw
-        // holds the fleet.
-        let mut i = remembering(0.5, 40, 1, 1800);
+    fn a_remembered_rise_holds_a_scale_down_off_and_a_plateau_does_not() {
+        // 50 pods four minutes before the rise, a quiet minute measures 10 (a fifth each): the
+        // fleet comes down only to what the rise every remembered period saw within one
+        // start-up needs (4× here, the bound), 40, not to 10.
+        let mut i = remembering(0.2, 50, 1, 960);
         i.behavior.down.window_seconds = 0;
-        assert_eq!(decide(&i).desired, 40);
-        // After it (and one start-up on), the measurement decides.
-        let mut i = remembering(0.5, 40, 1, 2800);
+        let d = decide(&i);
+        assert_eq!(d.desired, 40, "{:?}", d.reasons);
+        // On the plateau the remembered periods saw no rise: the measurement decides.
+        let mut i = remembering(0.5, 40, 1, 1800);
         i.behavior.down.window_seconds = 0;
         assert_eq!(decide(&i).desired, 20);
     }

@@ -196,8 +196,8 @@ pub enum PlanReason {
     /// noise, so the fleet stays at `kept`: a pod removed now would be asked for again before a
     /// new one could be Ready.
     RisingDemand { measured: i32, kept: i32 },
-    /// Sized for what the remembered periods needed between now and one start-up ahead, above
-    /// what was measured: the rise they all saw is started before it shows.
+    /// Sized for the need now grown by the rise the remembered periods saw between now and one
+    /// start-up ahead, above what was measured: the rise they all saw is started before it shows.
     Recurring {
         measured: i32,
         expected: i32,
