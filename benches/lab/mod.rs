@@ -361,7 +361,8 @@ pub struct Lab {
     pub threads: usize,
     /// Seconds of each trace to replay (`None`: the whole trace).
     pub duration: Option<f64>,
-    /// Only these families of the roster (`None`: all); for iterating on one policy.
+    /// Only these families of the roster, or entrants by their label (`None`: all); for
+    /// iterating on one policy (`llmscaleoperator` alone is the operator's defaults).
     pub families: Option<Vec<String>>,
     /// Also print the timelines as text (one line per minute).
     pub print_timelines: bool,
@@ -727,7 +728,7 @@ fn run_unit(
     let timeline_delay = timeline_delay(lab);
     let mut entrants = roster(bounds, &requests, duration, capacity, delay, lab.objective);
     if let Some(families) = &lab.families {
-        entrants.retain(|e| families.iter().any(|f| f == e.family));
+        entrants.retain(|e| families.iter().any(|f| f == e.family || *f == e.label()));
     }
     let mut labels: Vec<String> = entrants.iter().map(Entrant::label).collect();
     labels.sort();
