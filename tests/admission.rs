@@ -749,6 +749,18 @@ fn invalid_cases() -> Vec<Case> {
                 json!({ "selector": "model_name=\"m\"" }),
             )),
         ),
+        (
+            "a recurrence under the Custom provider",
+            remembering(with(
+                with(
+                    with(valid_spec(), "/metricProvider", json!("Custom")),
+                    "/customProvider",
+                    json!({ "serviceId": "llama" }),
+                ),
+                "/metrics",
+                Value::Null,
+            )),
+        ),
     ] {
         cases.push(Case {
             what,

@@ -258,6 +258,31 @@ mod tests {
     }
 
     #[test]
+    fn the_remembered_days_belong_to_one_target_and_an_empty_profile_is_none() {
+        let memories = Memories::default();
+        let rules = crate::scaling::Recurrence {
+            period_seconds: 3600,
+            days: 1,
+        };
+        let at = |s: i64| k8s_openapi::jiff::Timestamp::from_second(s).unwrap();
+        let profile = crate::scaling::record(&Profile::default(), rules, at(0), 12.0);
+        memories.set_recurring("u1", "target-a", profile.clone());
+        assert_eq!(memories.recurring("u1", "target-a"), Some(profile.clone()));
+        assert_eq!(
+            memories.recurring("u1", "target-b"),
+            None,
+            "another target's load is not this one's"
+        );
+        assert_eq!(memories.recurring("u2", "target-a"), None, "per scaler");
+        // A profile with nothing under way is not kept: status holds the finished stretches.
+        memories.set_recurring("u1", "target-a", Profile::default());
+        assert_eq!(memories.recurring("u1", "target-a"), None);
+        memories.set_recurring("u1", "target-a", profile);
+        memories.forget("u1");
+        assert_eq!(memories.recurring("u1", "target-a"), None);
+    }
+
+    #[test]
     fn a_told_event_is_recent_for_its_window_only() {
         let memories = Memories::default();
         let window = SignedDuration::from_mins(6);

@@ -1449,7 +1449,7 @@ mod properties {
         }
 
         #[test]
-        fn a_remembered_load_never_lowers_the_fleet_nor_passes_max(
+        fn a_remembered_rise_never_lowers_the_fleet_nor_passes_max(
             i in any_input(),
             loads in prop::collection::vec(0.0f64..500.0, 1..40),
             days in 1u32..3,
@@ -1470,7 +1470,7 @@ mod properties {
             let with = decide(&remembering);
             prop_assert!(
                 with.desired >= without.desired,
-                "the remembered load lowered {} to {}", without.desired, with.desired
+                "the remembered rise lowered {} to {}", without.desired, with.desired
             );
             if let Some(w) = with.write {
                 prop_assert!(
