@@ -14,6 +14,7 @@ use std::time::SystemTime;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
+use super::watched_target::OwnWrite;
 use crate::scaling::{LoadCurve, Profile, Sample};
 
 /// [`Memories::first_time`] topic of a scaler's first sight in this process: a scaler seen for
@@ -49,6 +50,8 @@ struct Record {
     due: Option<SystemTime>,
     /// The events told about it lately, for a repeat to add to its series (see event_writer).
     events: Vec<RecentEvent>,
+    /// Its last write of the target's spec.replicas, until the target watch shows it.
+    written: Option<OwnWrite>,
 }
 
 impl Record {
@@ -162,6 +165,15 @@ impl Memories {
         self.with(uid, |r| {
             r.recurring = (!profile.current.is_empty()).then(|| (target_uid.to_owned(), profile));
         });
+    }
+
+    /// The scaler's last write of its target's spec.replicas, if the watch may not show it yet.
+    pub fn written(&self, uid: &str) -> Option<OwnWrite> {
+        self.with(uid, |r| r.written.clone())
+    }
+
+    pub fn set_written(&self, uid: &str, written: Option<OwnWrite>) {
+        self.with(uid, |r| r.written = written);
     }
 
     /// Remembers when the scaler's next sync is due.

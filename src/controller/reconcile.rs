@@ -26,7 +26,7 @@ use super::events::{self, Note};
 use super::reads::recorded;
 use super::server_access::{self, ServerAccess};
 use super::status::{self, Outcome, Scaler};
-use super::watched_target::WatchedTarget;
+use super::watched_target::{OwnWrite, WatchedTarget};
 use super::{Context, scale, schedule, startup, victims, watched_target};
 use crate::api::behavior::BehaviorError;
 use crate::api::validation::parse_target;
@@ -235,7 +235,20 @@ async fn observe(
         name: target_ref.name.clone(),
         namespace: namespace.to_owned(),
     })?;
-    let observed = watched_target::snapshot(&target_ref.kind, &target_ref.api_version, &object)?;
+    let mut observed =
+        watched_target::snapshot(&target_ref.kind, &target_ref.api_version, &object)?;
+    // This process's last write, while a failed watch has not shown it yet, is what the target
+    // has. A watch that delivers shows it within moments, long before the next sync.
+    let unseen = match ctx.memory.written(uid) {
+        Some(written) if ctx.targets.erring(target_ref).await => {
+            watched_target::unseen_write(&object, &written)
+        }
+        _ => None,
+    };
+    match unseen {
+        Some(replicas) => observed.spec_replicas = replicas,
+        None => ctx.memory.set_written(uid, None),
+    }
     // An observer writes nothing, so it takes nothing from anyone (the advisory mode: an HPA
     // following this scaler's desired-replicas metric).
     if !is_dry_run(scaler)
@@ -492,6 +505,16 @@ impl<'a> Writer<'a> {
         tracing::info!(
             target = %target_ref.name, from = observed.target.spec_replicas, to = replicas,
             desired = observed.decision.desired, "scaled"
+        );
+        let uid = scaler.metadata.uid.as_deref().unwrap_or_default();
+        ctx.memory.set_written(
+            uid,
+            observed.object.generation.map(|generation| OwnWrite {
+                target_uid: observed.target_uid.clone(),
+                generation,
+                from: observed.target.spec_replicas,
+                to: replicas,
+            }),
         );
         Ok(Synced {
             observed,

@@ -6,11 +6,14 @@
 //! A target claimed after its watch passed it is read once from the API server.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
+use futures::StreamExt;
 use kube::Client;
 use kube::api::{DynamicObject, GroupVersionKind, ListParams};
+use kube::runtime::watcher::Event;
 use thiserror::Error;
 use tokio::sync::Mutex;
 
@@ -72,6 +75,8 @@ struct TargetWatch {
     resource: Kind,
     store: Arc<ClaimedTargets>,
     synced: tokio::sync::watch::Receiver<bool>,
+    /// The watch failed and has not delivered since (it waits out its backoff, or lists again).
+    erring: Arc<AtomicBool>,
 }
 
 impl TargetWatches {
@@ -115,6 +120,16 @@ impl TargetWatches {
             Lookup::Unclaimed => self.read(&watch.resource, &target).await?.map(Arc::new),
         };
         Ok((watch.resource.clone(), object))
+    }
+
+    /// Whether the watch of `target_ref`'s kind failed and has not delivered since: what its
+    /// store holds may be behind the API server.
+    pub async fn erring(&self, target_ref: &TargetRef) -> bool {
+        self.watches
+            .lock()
+            .await
+            .get(&gvk(target_ref))
+            .is_some_and(|w| w.erring.load(Ordering::Relaxed))
     }
 
     /// `holder` (a scaler's uid) points at `target_ref` in `namespace`: its target is kept from
@@ -249,6 +264,17 @@ impl TargetWatches {
             kube::runtime::watcher::Config::default().any_semantic(),
         );
         let events = kube::runtime::WatchStreamExt::default_backoff(events);
+        // Erring from a failed watch until the watch delivers again (an event, or the end of a
+        // list started over): meanwhile the store may miss the latest writes.
+        let erring = Arc::new(AtomicBool::new(false));
+        let flag = erring.clone();
+        let events = events.inspect(move |item| match item {
+            Err(_) => flag.store(true, Ordering::Relaxed),
+            Ok(Event::Apply(_) | Event::Delete(_) | Event::InitDone) => {
+                flag.store(false, Ordering::Relaxed);
+            }
+            Ok(Event::Init | Event::InitApply(_)) => {}
+        });
         let sink = store.clone();
         let synced = cached_watch::run_events::<DynamicObject, _>(
             &resource.kind,
@@ -261,6 +287,7 @@ impl TargetWatches {
             resource: Kind::new(resource),
             store,
             synced,
+            erring,
         });
         watches.insert(gvk, watch.clone());
         Ok(watch)

@@ -52,6 +52,32 @@ impl WatchedTarget {
     }
 }
 
+/// A write of spec.replicas this process made, as it saw the target then.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnWrite {
+    pub target_uid: String,
+    /// metadata.generation of the object the write was decided on.
+    pub generation: i64,
+    pub from: i32,
+    pub to: i32,
+}
+
+/// The spec.replicas to decide on, when the watch has not shown this process's own last write
+/// yet: the object is still the one that write was decided on (same uid, same generation, the
+/// count it was written over), and a write of spec.replicas moves the generation. `None` once the
+/// watch has moved on (by that write or any other), or without a generation to tell by.
+///
+/// Why: a watch that must start over (an API server restarted, its resource versions too old)
+/// may take its backoff's seconds to list again, and meanwhile every sync would read the count
+/// from before the write, write the same count again and report the scale-up again (seen on the
+/// control plane: "from 2 to 4" nine times, one a second).
+pub fn unseen_write(target: &WatchedTarget, written: &OwnWrite) -> Option<i32> {
+    (target.uid == written.target_uid
+        && target.generation == Some(written.generation)
+        && target.spec_replicas == Some(written.from))
+    .then_some(written.to)
+}
+
 fn render_selector(raw: &Value) -> Result<String, String> {
     let selector: LabelSelector = serde_json::from_value(raw.clone()).map_err(|e| e.to_string())?;
     let selector = Selector::try_from(selector).map_err(|e| e.to_string())?;
@@ -128,6 +154,30 @@ fn rollout_in_progress(target: &WatchedTarget, spec_replicas: i32) -> Option<Rol
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_own_write_stands_until_the_watch_shows_the_target_moved() {
+        let target = |uid: &str, generation: Option<i64>, replicas: i32| WatchedTarget {
+            uid: uid.into(),
+            generation,
+            spec_replicas: Some(replicas),
+            ..WatchedTarget::default()
+        };
+        let written = OwnWrite {
+            target_uid: "t1".into(),
+            generation: 7,
+            from: 2,
+            to: 4,
+        };
+        // The watch still shows the object the write was decided on: the write is what it has.
+        assert_eq!(unseen_write(&target("t1", Some(7), 2), &written), Some(4));
+        // The watch caught up (the write moved the generation), or someone else moved it.
+        assert_eq!(unseen_write(&target("t1", Some(8), 4), &written), None);
+        assert_eq!(unseen_write(&target("t1", Some(9), 2), &written), None);
+        // Another object of that name, or nothing to tell the generation by.
+        assert_eq!(unseen_write(&target("t2", Some(7), 2), &written), None);
+        assert_eq!(unseen_write(&target("t1", None, 2), &written), None);
+    }
 
     fn object(generation: i64, spec: Value, status: Value) -> WatchedTarget {
         let object: DynamicObject = serde_json::from_value(json!({
