@@ -45,6 +45,8 @@ struct State {
     seen: Vec<Seen>,
     /// Events are gone once created (expired, or deleted): a series patch finds none.
     events_expire: bool,
+    /// Every watch fails at once, as after an API server restart (its list still answers).
+    watches_fail: bool,
 }
 
 /// An apiserver that serves just what a sync of a Deployment target reads (discovery of apps/v1,
@@ -56,6 +58,12 @@ struct FakeApi(Arc<Mutex<State>>);
 impl FakeApi {
     fn with_deployment(self, name: &str, replicas: i32) -> Self {
         self.with_starting_deployment(name, replicas, replicas)
+    }
+
+    /// An apiserver whose watches fail, as one restarted that has not caught up.
+    fn with_watches_failing(self) -> Self {
+        self.lock().watches_fail = true;
+        self
     }
 
     /// An apiserver whose events are gone as soon as they are created.
@@ -172,6 +180,14 @@ impl FakeApi {
         let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         let path = parts.uri.path().to_owned();
         let query = parts.uri.query().unwrap_or_default().to_owned();
+        if query.contains("watch=true") && self.lock().watches_fail {
+            let status = json!({ "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                "message": "the server is restarting", "reason": "ServiceUnavailable", "code": 503 });
+            return Ok(Response::builder()
+                .status(StatusCode::SERVICE_UNAVAILABLE)
+                .body(Body::from(status.to_string().into_bytes()))
+                .expect("a response"));
+        }
         if query.contains("watch=true") {
             // A watch that never sends anything: the list before it is all a sync needs.
             return futures::future::pending().await;
@@ -678,6 +694,41 @@ async fn a_hot_metric_scales_up_and_every_writer_output_says_so() {
             r#"llmscaleoperator_syncs_total{namespace="ns",scaler="s",result="scaled"} 1"#
         )
     );
+}
+
+#[tokio::test]
+async fn a_write_a_failed_watch_has_not_shown_is_not_made_and_told_again() {
+    // The fake never shows a write in its list, as a target watch that failed (an API server
+    // restarted) does not until it lists again.
+    let server = prometheus(3.0).await;
+    let h = Harness::leader(
+        FakeApi::default()
+            .with_deployment("vllm", 2)
+            .with_watches_failing(),
+    );
+    let scaler = scaler_json("s", &server, json!({}));
+    h.sync(&scaler).await;
+    assert_eq!(h.api.scale_writes("vllm"), vec![6]);
+    let target: LLMScaler = serde_json::from_value(scaler.clone()).expect("a valid scaler");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !h.ctx.targets.erring(&target.spec.target_ref).await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the target watch never failed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // Its cache still says 2: the sync decides on the 6 it wrote, and so writes nothing.
+    h.sync(&scaler).await;
+    assert_eq!(h.api.scale_writes("vllm"), vec![6], "written once");
+    let told: Vec<_> = h
+        .api
+        .events()
+        .into_iter()
+        .filter(|(reason, _)| reason == "ScaledUp")
+        .collect();
+    assert_eq!(told.len(), 1, "told once: {told:?}");
+    assert_eq!(h.api.event_repeats(), 0);
 }
 
 #[tokio::test]
