@@ -239,15 +239,16 @@ async fn observe(
         watched_target::snapshot(&target_ref.kind, &target_ref.api_version, &object)?;
     // This process's last write, while a failed watch has not shown it yet, is what the target
     // has. A watch that delivers shows it within moments, long before the next sync.
-    let unseen = match ctx.memory.written(uid) {
-        Some(written) if ctx.targets.erring(target_ref).await => {
+    if let Some(written) = ctx.memory.written(uid) {
+        let unseen = if ctx.targets.erring(target_ref).await {
             watched_target::unseen_write(&object, &written)
+        } else {
+            None
+        };
+        match unseen {
+            Some(replicas) => observed.spec_replicas = replicas,
+            None => ctx.memory.set_written(uid, None),
         }
-        _ => None,
-    };
-    match unseen {
-        Some(replicas) => observed.spec_replicas = replicas,
-        None => ctx.memory.set_written(uid, None),
     }
     // An observer writes nothing, so it takes nothing from anyone (the advisory mode: an HPA
     // following this scaler's desired-replicas metric).

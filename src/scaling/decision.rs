@@ -102,8 +102,8 @@ fn measure(signal: &Signal, ready: i32) -> Measured {
 /// (starting pods are capacity on its way), and left alone inside the tolerance.
 ///
 /// `recurring` is the need now grown by the rise the remembered periods saw from now until one
-/// start-up ahead (in replicas): unlike the trend, it starts a scale-up on its own, since it was measured on the
-/// days before rather than guessed from this one, and it holds a scale-down off.
+/// start-up ahead (in replicas): unlike the trend, it starts a scale-up on its own, since it was
+/// measured on the days before rather than guessed from this one, and it holds a scale-down off.
 fn plan(need: f64, recurring: Option<f64>, input: &Input, reasons: &mut Vec<Reason>) -> i32 {
     let current = input.target.spec_replicas;
     let ready = input.target.ready_replicas;

@@ -232,6 +232,24 @@ mod tests {
     }
 
     #[test]
+    fn a_stretch_that_carried_no_load_grows_nothing() {
+        // Idle nights (scaled to zero), then the ramp: no ratio of a rise to nothing, so the
+        // remembered day asks for nothing there rather than the bound.
+        let idle_night = |t: i64| {
+            if t.rem_euclid(3600) < 1200 {
+                0.0
+            } else {
+                day(t)
+            }
+        };
+        let p = fed(Profile::default(), 0, 2 * 3600 + 1000, idle_night);
+        assert_eq!(growth(&p, HOUR, at(2 * 3600 + 1150), 300.0), None);
+        // From the ramp's first stretch with load, the rise is measured again.
+        let g = growth(&p, HOUR, at(2 * 3600 + 1250), 150.0).unwrap();
+        assert!((1.0..=MAX_GROWTH).contains(&g), "{g}");
+    }
+
+    #[test]
     fn a_period_nobody_measured_asks_for_nothing() {
         // Measured in periods 0 and 1, down through period 2, back in period 3.
         let p = fed(Profile::default(), 0, 2 * 3600, day);

@@ -152,7 +152,7 @@ impl Verdict {
 /// the operator's defaults.
 pub fn judge(runs: &[Runs], level: f64, bound: f64) -> Option<Verdict> {
     let op = runs.iter().find(|r| r.family == "operator" && r.default)?;
-    judge_runs(runs, op, level, bound)
+    Some(judge_runs(runs, op, level, bound))
 }
 
 /// Judges one of the operator's other entrants (an opt-in setting, by its label) as [`judge`]
@@ -162,10 +162,10 @@ pub fn judge_entrant(runs: &[Runs], label: &str, level: f64, bound: f64) -> Opti
     let op = runs
         .iter()
         .find(|r| r.family == "operator" && r.label == label)?;
-    judge_runs(runs, op, level, bound)
+    Some(judge_runs(runs, op, level, bound))
 }
 
-fn judge_runs(runs: &[Runs], op: &Runs, level: f64, bound: f64) -> Option<Verdict> {
+fn judge_runs(runs: &[Runs], op: &Runs, level: f64, bound: f64) -> Verdict {
     let mine = summarize(&op.outcomes);
     let mut families: Vec<&str> = runs
         .iter()
@@ -200,7 +200,7 @@ fn judge_runs(runs: &[Runs], op: &Runs, level: f64, bound: f64) -> Option<Verdic
         .filter(|_| reaches)
         .and_then(|c| paired_ratio(&op_hours, &c.hours, 2000, 13));
     let hpa = runs.iter().find(|r| r.family == "HPA" && r.default);
-    Some(Verdict {
+    Verdict {
         level,
         attained: mine.attainment,
         hours: mine.replica_hours,
@@ -215,7 +215,7 @@ fn judge_runs(runs: &[Runs], op: &Runs, level: f64, bound: f64) -> Option<Verdic
         oscillations_vs_hpa: hpa
             .and_then(|h| paired_difference(&oscillations(op), &oscillations(h), 2000, 11)),
         unreachable,
-    })
+    }
 }
 
 /// Judges the operator's defaults at the goodput they attained themselves: what the cheapest peer
