@@ -13,6 +13,7 @@
 //! `--log FILE` (a request log of one's own, repeatable; see `sim/src/lab/request_log.rs`),
 //! `--delays 90,180,300` (the default), `--threads N`,
 //! `--only operator,HPA` (those families of the roster only), `--print-timelines`,
+//! `--priors 8,24` (the objective also from those starting estimates, as the prior of 16 is),
 //! `--timeline-seed N` (the seed the timelines draw; 0 without it),
 //! `--what-if` (with `--log`: lead with the operator on the objective beside the HPA and KEDA at
 //! their defaults and cheapest at 99%, and the spec it runs; `make what-if LOG=FILE`),
@@ -65,21 +66,15 @@ fn parse_args() -> Lab {
                     .unwrap_or_else(|e| panic!("{}", llmscaleoperator::error_chain::Chain(&e)));
                 logs.push(trace);
             }
-            "--delays" => {
-                lab.delays = it
-                    .next()
-                    .unwrap()
-                    .split(',')
-                    .map(|d| d.parse().unwrap())
-                    .collect();
-            }
+            "--delays" => lab.delays = numbers(&it.next().unwrap()),
             "--only" => {
-                lab.families = Some(it.next().unwrap().split(',').map(str::to_owned).collect());
+                lab.families = Some(outside_parentheses(&it.next().unwrap()));
             }
             "--print-timelines" => lab.print_timelines = true,
             "--timeline-seed" => {
                 lab.timeline_seed = it.next().and_then(|v| v.parse().ok()).unwrap();
             }
+            "--priors" => lab.priors = numbers(&it.next().unwrap()),
             "--peers-from" => lab.peers_from = Some(PathBuf::from(it.next().unwrap())),
             "--what-if" => {
                 lab.what_if = true;
@@ -130,4 +125,31 @@ fn parse_args() -> Lab {
     );
     lab.traces = if traces.is_empty() { roster } else { traces };
     lab
+}
+
+/// A comma-separated list of numbers.
+fn numbers(list: &str) -> Vec<f64> {
+    list.split(',').map(|n| n.parse().unwrap()).collect()
+}
+
+/// `list` split at its commas outside parentheses: an entrant's label may hold one
+/// (`llmscaleoperator (objective, prior 24)`).
+fn outside_parentheses(list: &str) -> Vec<String> {
+    let mut parts = vec![String::new()];
+    let mut depth = 0usize;
+    for c in list.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                parts.push(String::new());
+                continue;
+            }
+            _ => {}
+        }
+        if let Some(last) = parts.last_mut() {
+            last.push(c);
+        }
+    }
+    parts
 }

@@ -18,7 +18,7 @@ mod what_if;
 use llmscaleoperator::api::objective::DEFAULT_PRIOR;
 use llmscaleoperator_sim::lab::chart::{self, ParetoPoint, Timeline};
 use llmscaleoperator_sim::lab::engine::PodProfile;
-use llmscaleoperator_sim::lab::oracle::{Oracle, cost_bound, per_pod_capacity};
+use llmscaleoperator_sim::lab::oracle::{Oracle, Reactive, cost_bound, per_pod_capacity};
 use llmscaleoperator_sim::lab::peers::{
     AibrixApa, AibrixConfig, AibrixKpa, Hpa, HpaConfig, Keda, KedaConfig, Knative, KnativeConfig,
     Signal, Tolerances, Wva, WvaConfig,
@@ -69,11 +69,18 @@ const GRID_TARGETS: [f64; 6] = [1.0, 2.0, 4.0, 8.0, 24.0, 32.0];
 /// less with the request mix than requests in flight do.
 const KV_TARGETS: [f64; 3] = [0.3, 0.45, 0.6];
 
+/// The reactive bound's headroom settings: its fleet is this many times what the minute just
+/// past needed.
+const REACTIVE_HEADROOM: [f64; 6] = [1.0, 1.25, 1.5, 2.0, 3.0, 5.0];
+
+/// The prior the roster always also runs the objective from: a user's guess of 16 in flight.
+const GUESSED_PRIOR: f64 = 16.0;
+
 /// The oracle's headroom settings: its fleet is this many times what the future needs.
 const ORACLE_HEADROOM: [f64; 4] = [1.5, 2.0, 3.0, 4.0];
 
 /// Every policy judged on one workload: the operator and each peer at its defaults, each over
-/// its grid, and the oracle.
+/// its grid, the oracle and its mirror image, the reactive bound.
 fn roster(
     bounds: Bounds,
     requests: &[Request],
@@ -81,6 +88,7 @@ fn roster(
     capacity: f64,
     startup: f64,
     objective: Objective,
+    priors: &[f64],
 ) -> Vec<Entrant> {
     let mut all = vec![
         // The operator's defaults: a spec that states only the latency objective, at the spec's
@@ -146,12 +154,21 @@ fn roster(
             Operator::objective(bounds, DEFAULT_PRIOR, objective).remembering(DAY as i32),
         ));
     }
-    // The objective from a prior four times too high (a user's guess of 16 in flight).
-    all.push(entrant(
-        "operator",
-        false,
-        Operator::objective(bounds, 16.0, objective),
-    ));
+    // The objective from a prior four times too high (a user's guess of 16 in flight), and from
+    // the starting estimates `--priors` asks for: what the prior costs, against the defaults.
+    let mut starts = vec![GUESSED_PRIOR];
+    for prior in priors {
+        if *prior != DEFAULT_PRIOR && !starts.contains(prior) {
+            starts.push(*prior);
+        }
+    }
+    for prior in starts {
+        all.push(entrant(
+            "operator",
+            false,
+            Operator::objective(bounds, prior, objective),
+        ));
+    }
     // The oracle sized with headroom: what knowing the future buys at a given cost, so a reader
     // can tell the misses any sizing could still remove from those only spare capacity absorbs
     // (bursts shorter than a start-up).
@@ -170,6 +187,14 @@ fn roster(
             )
             .named(&format!("oracle (knows the future) ×{headroom} headroom")),
         );
+    }
+    // The reactive bound: the capacity and the minute just past known, the future not.
+    for headroom in REACTIVE_HEADROOM {
+        all.push(entrant(
+            "oracle",
+            false,
+            Reactive::new(requests, capacity, headroom, startup * 1.2, bounds),
+        ));
     }
     for target in GRID_TARGETS {
         all.push(entrant(
@@ -378,6 +403,9 @@ pub struct Lab {
     /// A results file of an earlier run: its peer families join the verdict of the cells that
     /// ran none of their own (`--only operator` judged against every peer in under a minute).
     pub peers_from: Option<PathBuf>,
+    /// Starting estimates (requests in flight per pod) the objective is also run from, beside
+    /// the default and 16 (`--priors`).
+    pub priors: Vec<f64>,
     pub out: PathBuf,
 }
 
@@ -415,6 +443,7 @@ impl Lab {
             what_if: false,
             objective: Objective::default(),
             peers_from: None,
+            priors: Vec::new(),
             out: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench/lab"),
         }
     }
@@ -726,7 +755,15 @@ fn run_unit(
         .unwrap_or(shape.duration())
         .min(shape.duration());
     let timeline_delay = timeline_delay(lab);
-    let mut entrants = roster(bounds, &requests, duration, capacity, delay, lab.objective);
+    let mut entrants = roster(
+        bounds,
+        &requests,
+        duration,
+        capacity,
+        delay,
+        lab.objective,
+        &lab.priors,
+    );
     if let Some(families) = &lab.families {
         entrants.retain(|e| families.iter().any(|f| f == e.family || *f == e.label()));
     }

@@ -33,10 +33,15 @@ impl Oracle {
     }
 
     fn arrivals_between(&self, from: f64, to: f64) -> usize {
-        let start = self.arrivals.partition_point(|t| *t < from);
-        let end = self.arrivals.partition_point(|t| *t < to);
-        end - start
+        arrivals_between(&self.arrivals, from, to)
     }
+}
+
+/// How many of `arrivals` (sorted) fall in `[from, to)`.
+fn arrivals_between(arrivals: &[f64], from: f64, to: f64) -> usize {
+    let start = arrivals.partition_point(|t| *t < from);
+    let end = arrivals.partition_point(|t| *t < to);
+    end - start
 }
 
 /// The oracle decides this often.
@@ -96,6 +101,77 @@ pub fn cost_bound(requests: &[Request], duration: f64, per_pod: f64, min: u32) -
         })
         .sum();
     pod_seconds / 3600.0
+}
+
+/// The oracle's mirror image, what control without a forecast can do at best: a fleet that
+/// knows what one pod serves and every arrival so far, and nothing of what comes next. It asks
+/// for `headroom` times what the busiest minute needed over the last `lead` seconds (the oracle
+/// looks as far ahead), so it holds a fleet through a start-up as the oracle does, without
+/// churning on every minute's noise. A policy that reads only the present (requests in flight,
+/// a latency histogram, a queue) knows less than this, so the headroom this fleet needs to
+/// reach a goodput on a trace is about what any such policy must hold there. Its verdict is
+/// the price of not knowing the future, apart from the price of learning the capacity: on a
+/// step, where nothing in the minutes before tells the rise is coming, the headroom that rides
+/// it is paid through every flat stretch that looks the same.
+pub struct Reactive {
+    arrivals: Vec<f64>,
+    /// Requests per second one pod serves within the SLO.
+    per_pod: f64,
+    headroom: f64,
+    /// How far back it looks: the slowest start-up.
+    lead: f64,
+    bounds: Bounds,
+}
+
+impl Reactive {
+    pub fn new(
+        requests: &[Request],
+        per_pod: f64,
+        headroom: f64,
+        lead: f64,
+        bounds: Bounds,
+    ) -> Self {
+        Self {
+            arrivals: requests.iter().map(|r| r.at).collect(),
+            per_pod: per_pod.max(1e-6),
+            headroom,
+            lead,
+            bounds,
+        }
+    }
+
+    fn arrivals_between(&self, from: f64, to: f64) -> usize {
+        arrivals_between(&self.arrivals, from, to)
+    }
+}
+
+impl Policy for Reactive {
+    fn label(&self) -> String {
+        format!("reactive bound ×{} headroom", self.headroom)
+    }
+
+    fn period(&self) -> f64 {
+        PERIOD
+    }
+
+    fn victims(&self) -> Victims {
+        Victims::Coldest
+    }
+
+    fn decide(&mut self, view: &View<'_>) -> u32 {
+        // The minutes ending between `lead` ago and now, as the oracle's start between now and
+        // `lead` ahead.
+        let earliest = view.now - self.lead - PERIOD;
+        let mut end = view.now;
+        let mut busiest: f64 = 0.0;
+        while end >= earliest {
+            let to = end.max(MINUTE);
+            busiest = busiest.max(self.arrivals_between(to - MINUTE, to) as f64 / MINUTE);
+            end -= PERIOD;
+        }
+        self.bounds
+            .clamp((busiest * self.headroom / self.per_pod).ceil() as i64)
+    }
 }
 
 /// A fleet held at a fixed size (for calibration and tests).
@@ -183,6 +259,38 @@ mod tests {
             "{short}"
         );
         assert_eq!(cost_bound(&requests, 0.0, 1.0, 1), 0.0);
+    }
+
+    #[test]
+    fn the_reactive_bound_holds_the_busiest_minute_it_has_seen_and_knows_nothing_ahead() {
+        let at = |t: f64| Request {
+            at: t,
+            prompt: 100,
+            output: 10,
+            prefix: None,
+        };
+        // 2 requests a second in the first minute, none for four minutes, then 4 a second.
+        let mut requests: Vec<Request> = (0..120).map(|i| at(f64::from(i) * 0.5)).collect();
+        requests.extend((0..240).map(|i| at(300.0 + f64::from(i) * 0.25)));
+        let bounds = Bounds { min: 1, max: 64 };
+        let mut reactive = Reactive::new(&requests, 1.0, 1.5, 120.0, bounds);
+        let metrics = crate::lab::metrics::Scrapes::new();
+        let mut ask = |now: f64| {
+            reactive.decide(&View {
+                now,
+                spec: 1,
+                pods: &[],
+                metrics: &metrics,
+            })
+        };
+        // The first minute needs 2 pods; with 1.5× headroom, 3.
+        assert_eq!(ask(60.0), 3);
+        // It holds them while that minute is within the last start-up (120 s, and a period)…
+        assert_eq!(ask(180.0), 3);
+        // …and then lets them go to the floor: nothing ahead is known.
+        assert_eq!(ask(299.0), 1);
+        // A minute into the rise, it asks for what that minute needed.
+        assert_eq!(ask(360.0), 6);
     }
 
     #[test]
