@@ -108,6 +108,16 @@ fn the_lab_runs_every_policy_and_writes_its_report() {
         "{md}"
     );
     assert!(md.contains("requests clipped to a pod's KV cache"), "{md}");
+    // One setting everywhere: the defaults, then each peer kept at one setting for every trace.
+    assert!(
+        md.contains("**One setting everywhere**, 60 s start-up"),
+        "{md}"
+    );
+    assert!(
+        md.lines()
+            .any(|l| l.starts_with("| operator | llmscaleoperator | ") && l.contains(" of ")),
+        "{md}"
+    );
     // Every cell states its cost bound, and the oracle spends more than it.
     assert_eq!(md.matches("Cost bound: ").count(), 3, "{md}");
     let oracle_over_bound: f64 = md

@@ -1139,6 +1139,7 @@ fn render_verdicts(
             );
         }
     }
+    md.push_str(&render_everywhere(grouped));
     let _ = writeln!(
         md,
         "\n**At the other levels**: operator ÷ cheapest peer (standing); last, at the goodput the \
@@ -1183,6 +1184,71 @@ fn render_verdicts(
         md.push('\n');
     }
     md.push('\n');
+    md
+}
+
+/// Each family at one setting for every trace of a start-up delay, as a user keeps it, against
+/// each cell's cheapest peer tuned for that cell (`verdict::everywhere`).
+fn render_everywhere(grouped: &BTreeMap<CellKey, Vec<Runs>>) -> String {
+    let mut md = String::new();
+    let mut delays: Vec<u64> = grouped.keys().map(|(_, d)| *d).collect();
+    delays.sort_unstable();
+    delays.dedup();
+    for delay in delays {
+        let cells: Vec<(&Trace, &[Runs])> = grouped
+            .iter()
+            .filter(|((_, d), _)| *d == delay)
+            .map(|((t, _), runs)| (t, runs.as_slice()))
+            .collect();
+        let runs: Vec<&[Runs]> = cells.iter().map(|(_, r)| *r).collect();
+        let all = verdict::everywhere(&runs, verdict::LEVEL);
+        let Some(reachable) = all.first().map(|e| e.reachable.len()) else {
+            continue;
+        };
+        let _ = writeln!(
+            md,
+            "\n**One setting everywhere**, {delay} s start-up: each family kept at one setting for \
+             every trace, as it is deployed (the settings no other of the family beats both on the \
+             traces, of the {reachable} where some peer setting reaches {level}%, it reaches the \
+             level in and on its worst ratio there), its replica-hours over each trace's cheapest \
+             peer setting tuned for that trace:\n\n\
+             | family | setting | reaches {level}% in | worst ÷ cheapest (trace) | the others | misses |\n\
+             | --- | --- | ---: | ---: | --- | --- |",
+            level = 100.0 * verdict::LEVEL,
+        );
+        for e in all {
+            let name = |i: usize| cells[i].0.name();
+            let worst = e
+                .worst()
+                .map_or_else(|| "-".to_owned(), |(i, r)| format!("{r:.2} ({})", name(i)));
+            let others: Vec<String> = e
+                .reached
+                .iter()
+                .filter(|(i, _)| e.worst().is_none_or(|(w, _)| w != *i))
+                .map(|(i, r)| format!("{} {r:.2}", name(*i)))
+                .collect();
+            let misses: Vec<String> = e
+                .reachable
+                .iter()
+                .filter(|i| !e.reached.iter().any(|(r, _)| r == *i))
+                .map(|i| name(*i).to_owned())
+                .collect();
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} of {} | {worst} | {} | {} |",
+                e.family,
+                e.setting,
+                e.reached.len(),
+                e.reachable.len(),
+                others.join(", "),
+                if misses.is_empty() {
+                    "-".to_owned()
+                } else {
+                    misses.join(", ")
+                },
+            );
+        }
+    }
     md
 }
 

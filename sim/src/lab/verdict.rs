@@ -228,6 +228,109 @@ pub fn at_own_goodput(runs: &[Runs], bound: f64) -> Option<Verdict> {
     judge(runs, summarize(&op.outcomes).attainment, bound)
 }
 
+/// One setting kept for every cell of a start-up delay, as a user deploys it, against each
+/// cell's cheapest peer setting tuned for that cell.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Everywhere {
+    pub family: String,
+    pub setting: String,
+    /// The cells (indices into those judged) where some peer setting reaches the level.
+    pub reachable: Vec<usize>,
+    /// Of those, the ones this setting reaches the level in, each with its replica-hours over
+    /// that cell's cheapest peer.
+    pub reached: Vec<(usize, f64)>,
+}
+
+impl Everywhere {
+    /// Its highest ratio over the cells it reaches, and that cell.
+    pub fn worst(&self) -> Option<(usize, f64)> {
+        self.reached
+            .iter()
+            .copied()
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+    }
+}
+
+/// The operator's defaults and, for each peer family, the settings a user could keep for every
+/// one of `cells`: those no other setting of the family beats on both counts, the cells (where
+/// any peer setting reaches `level`) it reaches the level in and its worst ratio there to the
+/// cell's cheapest peer. The verdict per cell compares one spec with a peer tuned for each cell;
+/// this compares it with each peer at one setting for all. The operator's defaults first, then
+/// by family, most cells reached first.
+pub fn everywhere(cells: &[&[Runs]], level: f64) -> Vec<Everywhere> {
+    let peer = |family: &str| family != "operator" && family != "oracle";
+    let cheapest: Vec<Option<f64>> = cells
+        .iter()
+        .map(|runs| {
+            let mut families: Vec<&str> = runs
+                .iter()
+                .map(|r| r.family.as_str())
+                .filter(|f| peer(f))
+                .collect();
+            families.sort_unstable();
+            families.dedup();
+            families
+                .into_iter()
+                .filter_map(|f| cheapest_at(runs, f, level).map(|c| c.mean_hours()))
+                .reduce(f64::min)
+        })
+        .collect();
+    let reachable: Vec<usize> = (0..cells.len())
+        .filter(|i| cheapest[*i].is_some())
+        .collect();
+    let mut candidates: Vec<(String, String)> = cells
+        .iter()
+        .flat_map(|runs| runs.iter())
+        .filter(|r| peer(&r.family) || (r.family == "operator" && r.default))
+        .map(|r| (r.family.clone(), r.label.clone()))
+        .collect();
+    candidates.sort();
+    candidates.dedup();
+    let judged = candidates.into_iter().map(|(family, setting)| {
+        let reached = reachable
+            .iter()
+            .filter_map(|&i| {
+                let run = cells[i]
+                    .iter()
+                    .find(|r| r.family == family && r.label == setting)?;
+                let s = summarize(&run.outcomes);
+                let best = cheapest[i]?;
+                (!run.outcomes.is_empty() && s.attainment >= level)
+                    .then(|| (i, s.replica_hours / best))
+            })
+            .collect();
+        Everywhere {
+            family,
+            setting,
+            reachable: reachable.clone(),
+            reached,
+        }
+    });
+    let worst = |e: &Everywhere| e.worst().map_or(f64::INFINITY, |(_, r)| r);
+    let judged: Vec<Everywhere> = judged.collect();
+    let beaten = |e: &Everywhere| {
+        judged.iter().any(|o| {
+            o.family == e.family
+                && o.reached.len() >= e.reached.len()
+                && worst(o) <= worst(e)
+                && (o.reached.len() > e.reached.len() || worst(o) < worst(e))
+        })
+    };
+    let mut kept: Vec<Everywhere> = judged
+        .iter()
+        .filter(|e| e.family == "operator" || (!e.reached.is_empty() && !beaten(e)))
+        .cloned()
+        .collect();
+    kept.sort_by(|a, b| {
+        (b.family == "operator")
+            .cmp(&(a.family == "operator"))
+            .then(a.family.cmp(&b.family))
+            .then(b.reached.len().cmp(&a.reached.len()))
+            .then(worst(a).total_cmp(&worst(b)))
+    });
+    kept
+}
+
 /// The ratio of the means of `a` and `b` (paired by index) and its percentile-bootstrap 95%
 /// interval, resampling seeds.
 pub fn paired_ratio(a: &[f64], b: &[f64], resamples: usize, seed: u64) -> Option<Interval> {
@@ -372,6 +475,62 @@ mod tests {
         let v = judge(&cell(&[(1000, 30.0, 2); 3]), 0.9995, 4.0).unwrap();
         assert_eq!(v.standing(), Standing::Alone);
         assert!(judge(&cell(&[])[1..], LEVEL, 4.0).is_none());
+    }
+
+    #[test]
+    fn one_setting_everywhere_is_judged_against_each_cells_cheapest_peer() {
+        // Cell 0, flat: the HPA's target 8 reaches 99% for 10 h, its target 2 for 30 h. Cell 1,
+        // a step: only target 2 reaches it (40 h). Cell 2: no peer reaches it.
+        let flat = [
+            setting("llmscaleoperator", "operator", true, &[(995, 12.0, 1); 3]),
+            setting("HPA (target 8)", "HPA", false, &[(992, 10.0, 1); 3]),
+            setting("HPA (target 2)", "HPA", false, &[(999, 30.0, 1); 3]),
+            setting("oracle", "oracle", true, &[(999, 5.0, 0); 3]),
+        ];
+        let step = [
+            setting("llmscaleoperator", "operator", true, &[(950, 35.0, 1); 3]),
+            setting("HPA (target 8)", "HPA", false, &[(900, 25.0, 1); 3]),
+            setting("HPA (target 2)", "HPA", false, &[(991, 40.0, 1); 3]),
+        ];
+        let hard = [
+            setting("llmscaleoperator", "operator", true, &[(999, 50.0, 1); 3]),
+            setting("HPA (target 2)", "HPA", false, &[(800, 60.0, 1); 3]),
+        ];
+        let all = everywhere(&[&flat, &step, &hard], LEVEL);
+        assert_eq!(all.len(), 3, "{all:?}");
+        // The defaults first: one of the two reachable cells, at 1.2× there (cell 2 no peer
+        // reaches, so it is not counted).
+        assert_eq!(
+            (all[0].family.as_str(), all[0].reachable.clone()),
+            ("operator", vec![0, 1])
+        );
+        assert_eq!(all[0].reached.len(), 1);
+        assert!(
+            (all[0].worst().unwrap().1 - 1.2).abs() < 1e-9,
+            "{:?}",
+            all[0]
+        );
+        // The HPA kept at target 2 reaches both, at 3× the flat cell's cheapest; at target 8 it
+        // reaches only the flat one, at 1×. Neither beats the other on both counts.
+        assert_eq!(all[1].setting, "HPA (target 2)");
+        let (cell, ratio) = all[1].worst().unwrap();
+        assert_eq!(cell, 0);
+        assert!((ratio - 3.0).abs() < 1e-9, "{:?}", all[1]);
+        assert_eq!(all[2].setting, "HPA (target 8)");
+        assert_eq!(all[2].worst(), Some((0, 1.0)));
+        // A setting beaten on both counts is left out.
+        let mut worse = flat.to_vec();
+        worse.push(setting(
+            "HPA (target 4)",
+            "HPA",
+            false,
+            &[(995, 12.0, 1); 3],
+        ));
+        let kept = everywhere(&[&worse, &step, &hard], LEVEL);
+        assert!(
+            kept.iter().all(|e| e.setting != "HPA (target 4)"),
+            "{kept:?}"
+        );
     }
 
     #[test]
