@@ -69,8 +69,8 @@ const GRID_TARGETS: [f64; 6] = [1.0, 2.0, 4.0, 8.0, 24.0, 32.0];
 /// less with the request mix than requests in flight do.
 const KV_TARGETS: [f64; 3] = [0.3, 0.45, 0.6];
 
-/// The reactive bound's headroom settings: its fleet is this many times what the minute just
-/// past needed.
+/// The reactive bound's headroom settings: its fleet is this many times what the busiest minute
+/// of the last start-up needed.
 const REACTIVE_HEADROOM: [f64; 6] = [1.0, 1.25, 1.5, 2.0, 3.0, 5.0];
 
 /// The prior the roster always also runs the objective from: a user's guess of 16 in flight.
@@ -188,7 +188,7 @@ fn roster(
             .named(&format!("oracle (knows the future) ×{headroom} headroom")),
         );
     }
-    // The reactive bound: the capacity and the minute just past known, the future not.
+    // The reactive bound: the capacity and every arrival so far known, the future not.
     for headroom in REACTIVE_HEADROOM {
         all.push(entrant(
             "oracle",
