@@ -885,13 +885,8 @@ fn render_cell(md: &mut String, dir: &Path, shape: &Trace, delay: u64, runs: &[R
         );
         let _ = writeln!(md, "| peer setting | Δ SLO misses (pp) | Δ replica-hours |");
         let _ = writeln!(md, "| --- | ---: | ---: |");
-        let mut families: Vec<&str> = runs
-            .iter()
-            .map(|r| r.family.as_str())
-            .filter(|f| *f != "operator" && *f != "oracle")
-            .collect();
+        let mut families = verdict::peer_families(runs);
         families.sort_by_key(|f| family_rank(f));
-        families.dedup();
         for family in families {
             let default = runs.iter().find(|r| r.family == family && r.default);
             let best = best_of(runs, family, budget);
@@ -1218,13 +1213,13 @@ fn render_everywhere(grouped: &BTreeMap<CellKey, Vec<Runs>>) -> String {
         );
         for e in all {
             let name = |i: usize| cells[i].0.name();
-            let worst = e
-                .worst()
-                .map_or_else(|| "-".to_owned(), |(i, r)| format!("{r:.2} ({})", name(i)));
+            let worst_cell = e.worst();
+            let worst =
+                worst_cell.map_or_else(|| "-".to_owned(), |(i, r)| format!("{r:.2} ({})", name(i)));
             let others: Vec<String> = e
                 .reached
                 .iter()
-                .filter(|(i, _)| e.worst().is_none_or(|(w, _)| w != *i))
+                .filter(|(i, _)| worst_cell.is_none_or(|(w, _)| w != *i))
                 .map(|(i, r)| format!("{} {r:.2}", name(*i)))
                 .collect();
             let misses: Vec<String> = e

@@ -10,8 +10,35 @@ use crate::lab::run::{FleetSetup, run};
 use crate::lab::traces::Trace;
 use crate::lab::workload::Request;
 
+/// Every arrival time of a workload, in order: what the oracle and the reactive bound know.
+struct Arrivals(Vec<f64>);
+
+impl Arrivals {
+    fn of(requests: &[Request]) -> Self {
+        Self(requests.iter().map(|r| r.at).collect())
+    }
+
+    /// The highest rate (requests/s) of the minutes starting at `starts`.
+    fn busiest(&self, starts: impl Iterator<Item = f64>) -> f64 {
+        starts
+            .map(|from| {
+                let start = self.0.partition_point(|t| *t < from);
+                let end = self.0.partition_point(|t| *t < from + MINUTE);
+                (end - start) as f64 / MINUTE
+            })
+            .fold(0.0, f64::max)
+    }
+}
+
+/// `from`, `from + PERIOD`, … up to `to`.
+fn every_period(from: f64, to: f64) -> impl Iterator<Item = f64> {
+    (0..)
+        .map(move |i| from + PERIOD * f64::from(i))
+        .take_while(move |t| *t <= to)
+}
+
 pub struct Oracle {
-    arrivals: Vec<f64>,
+    arrivals: Arrivals,
     /// Requests per second one pod serves within the SLO.
     per_pod: f64,
     /// How far ahead it looks: the slowest start-up.
@@ -24,24 +51,13 @@ pub struct Oracle {
 impl Oracle {
     pub fn new(requests: &[Request], end: f64, per_pod: f64, lead: f64, bounds: Bounds) -> Self {
         Self {
-            arrivals: requests.iter().map(|r| r.at).collect(),
+            arrivals: Arrivals::of(requests),
             per_pod: per_pod.max(1e-6),
             lead,
             end,
             bounds,
         }
     }
-
-    fn arrivals_between(&self, from: f64, to: f64) -> usize {
-        arrivals_between(&self.arrivals, from, to)
-    }
-}
-
-/// How many of `arrivals` (sorted) fall in `[from, to)`.
-fn arrivals_between(arrivals: &[f64], from: f64, to: f64) -> usize {
-    let start = arrivals.partition_point(|t| *t < from);
-    let end = arrivals.partition_point(|t| *t < to);
-    end - start
 }
 
 /// The oracle decides this often.
@@ -64,13 +80,9 @@ impl Policy for Oracle {
     fn decide(&mut self, view: &View<'_>) -> u32 {
         let horizon = view.now + self.lead + PERIOD;
         let last_start = (self.end - MINUTE).max(0.0);
-        let mut start = view.now;
-        let mut busiest: f64 = 0.0;
-        while start <= horizon {
-            let from = start.min(last_start);
-            busiest = busiest.max(self.arrivals_between(from, from + MINUTE) as f64 / MINUTE);
-            start += PERIOD;
-        }
+        let busiest = self
+            .arrivals
+            .busiest(every_period(view.now, horizon).map(|start| start.min(last_start)));
         self.bounds.clamp((busiest / self.per_pod).ceil() as i64)
     }
 }
@@ -114,7 +126,7 @@ pub fn cost_bound(requests: &[Request], duration: f64, per_pod: f64, min: u32) -
 /// step, where nothing in the minutes before tells the rise is coming, the headroom that rides
 /// it is paid through every flat stretch that looks the same.
 pub struct Reactive {
-    arrivals: Vec<f64>,
+    arrivals: Arrivals,
     /// Requests per second one pod serves within the SLO.
     per_pod: f64,
     headroom: f64,
@@ -132,16 +144,12 @@ impl Reactive {
         bounds: Bounds,
     ) -> Self {
         Self {
-            arrivals: requests.iter().map(|r| r.at).collect(),
+            arrivals: Arrivals::of(requests),
             per_pod: per_pod.max(1e-6),
             headroom,
             lead,
             bounds,
         }
-    }
-
-    fn arrivals_between(&self, from: f64, to: f64) -> usize {
-        arrivals_between(&self.arrivals, from, to)
     }
 }
 
@@ -159,16 +167,11 @@ impl Policy for Reactive {
     }
 
     fn decide(&mut self, view: &View<'_>) -> u32 {
-        // The minutes ending between `lead` ago and now, as the oracle's start between now and
-        // `lead` ahead.
-        let earliest = view.now - self.lead - PERIOD;
-        let mut end = view.now;
-        let mut busiest: f64 = 0.0;
-        while end >= earliest {
-            let to = end.max(MINUTE);
-            busiest = busiest.max(self.arrivals_between(to - MINUTE, to) as f64 / MINUTE);
-            end -= PERIOD;
-        }
+        // The minutes ending between `lead` (and a period) ago and now, as the oracle's start
+        // between now and `lead` ahead; none starts before the run.
+        let busiest = self.arrivals.busiest(
+            every_period(0.0, self.lead + PERIOD).map(|back| (view.now - back - MINUTE).max(0.0)),
+        );
         self.bounds
             .clamp((busiest * self.headroom / self.per_pod).ceil() as i64)
     }
@@ -228,14 +231,18 @@ pub fn per_pod_capacity(trace: &Trace, fleet: &FleetSetup) -> f64 {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_bound_sizes_each_minute_for_its_own_arrivals() {
-        let at = |t: f64| Request {
+    /// A short request arriving at `t`.
+    fn at(t: f64) -> Request {
+        Request {
             at: t,
             prompt: 100,
             output: 10,
             prefix: None,
-        };
+        }
+    }
+
+    #[test]
+    fn the_bound_sizes_each_minute_for_its_own_arrivals() {
         // Minute 0: 120 arrivals (2/s, two pods at 1/s each); minute 1: none; minute 2: 30
         // arrivals in its first half (one pod for the whole minute).
         let mut requests: Vec<Request> = (0..120).map(|i| at(f64::from(i) * 0.5)).collect();
@@ -263,12 +270,6 @@ mod tests {
 
     #[test]
     fn the_reactive_bound_holds_the_busiest_minute_it_has_seen_and_knows_nothing_ahead() {
-        let at = |t: f64| Request {
-            at: t,
-            prompt: 100,
-            output: 10,
-            prefix: None,
-        };
         // 2 requests a second in the first minute, none for four minutes, then 4 a second.
         let mut requests: Vec<Request> = (0..120).map(|i| at(f64::from(i) * 0.5)).collect();
         requests.extend((0..240).map(|i| at(300.0 + f64::from(i) * 0.25)));

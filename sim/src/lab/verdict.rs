@@ -165,8 +165,9 @@ pub fn judge_entrant(runs: &[Runs], label: &str, level: f64, bound: f64) -> Opti
     Some(judge_runs(runs, op, level, bound))
 }
 
-fn judge_runs(runs: &[Runs], op: &Runs, level: f64, bound: f64) -> Verdict {
-    let mine = summarize(&op.outcomes);
+/// The peer families of a cell (every family but the operator's and the oracle's), each once, in
+/// name order.
+pub fn peer_families(runs: &[Runs]) -> Vec<&str> {
     let mut families: Vec<&str> = runs
         .iter()
         .map(|r| r.family.as_str())
@@ -174,9 +175,14 @@ fn judge_runs(runs: &[Runs], op: &Runs, level: f64, bound: f64) -> Verdict {
         .collect();
     families.sort_unstable();
     families.dedup();
+    families
+}
+
+fn judge_runs(runs: &[Runs], op: &Runs, level: f64, bound: f64) -> Verdict {
+    let mine = summarize(&op.outcomes);
     let mut unreachable = Vec::new();
     let mut cheapest: Option<Cheapest> = None;
-    for family in families {
+    for family in peer_families(runs) {
         match cheapest_at(runs, family, level) {
             None => unreachable.push(family.to_owned()),
             Some(c) => {
@@ -258,18 +264,10 @@ impl Everywhere {
 /// this compares it with each peer at one setting for all. The operator's defaults first, then
 /// by family, most cells reached first.
 pub fn everywhere(cells: &[&[Runs]], level: f64) -> Vec<Everywhere> {
-    let peer = |family: &str| family != "operator" && family != "oracle";
     let cheapest: Vec<Option<f64>> = cells
         .iter()
         .map(|runs| {
-            let mut families: Vec<&str> = runs
-                .iter()
-                .map(|r| r.family.as_str())
-                .filter(|f| peer(f))
-                .collect();
-            families.sort_unstable();
-            families.dedup();
-            families
+            peer_families(runs)
                 .into_iter()
                 .filter_map(|f| cheapest_at(runs, f, level).map(|c| c.mean_hours()))
                 .reduce(f64::min)
@@ -281,33 +279,41 @@ pub fn everywhere(cells: &[&[Runs]], level: f64) -> Vec<Everywhere> {
     let mut candidates: Vec<(String, String)> = cells
         .iter()
         .flat_map(|runs| runs.iter())
-        .filter(|r| peer(&r.family) || (r.family == "operator" && r.default))
+        .filter(|r| {
+            if r.family == "operator" {
+                r.default
+            } else {
+                r.family != "oracle"
+            }
+        })
         .map(|r| (r.family.clone(), r.label.clone()))
         .collect();
     candidates.sort();
     candidates.dedup();
-    let judged = candidates.into_iter().map(|(family, setting)| {
-        let reached = reachable
-            .iter()
-            .filter_map(|&i| {
-                let run = cells[i]
-                    .iter()
-                    .find(|r| r.family == family && r.label == setting)?;
-                let s = summarize(&run.outcomes);
-                let best = cheapest[i]?;
-                (!run.outcomes.is_empty() && s.attainment >= level)
-                    .then(|| (i, s.replica_hours / best))
-            })
-            .collect();
-        Everywhere {
-            family,
-            setting,
-            reachable: reachable.clone(),
-            reached,
-        }
-    });
+    let judged: Vec<Everywhere> = candidates
+        .into_iter()
+        .map(|(family, setting)| {
+            let reached = reachable
+                .iter()
+                .filter_map(|&i| {
+                    let run = cells[i]
+                        .iter()
+                        .find(|r| r.family == family && r.label == setting)?;
+                    let s = summarize(&run.outcomes);
+                    let best = cheapest[i]?;
+                    (!run.outcomes.is_empty() && s.attainment >= level)
+                        .then(|| (i, s.replica_hours / best))
+                })
+                .collect();
+            Everywhere {
+                family,
+                setting,
+                reachable: reachable.clone(),
+                reached,
+            }
+        })
+        .collect();
     let worst = |e: &Everywhere| e.worst().map_or(f64::INFINITY, |(_, r)| r);
-    let judged: Vec<Everywhere> = judged.collect();
     let beaten = |e: &Everywhere| {
         judged.iter().any(|o| {
             o.family == e.family
