@@ -352,6 +352,11 @@ pub fn lesson(lesson: &Lesson) -> String {
                 "capacity kept: objective met at {} requests running per pod while pods were starting",
                 n(load)
             ),
+            Kept::Rising { load, now } => format!(
+                "capacity kept: objective met at {} requests running per pod, but {} are in flight per pod now: the load is still rising",
+                n(load),
+                n(now)
+            ),
         },
     }
 }
