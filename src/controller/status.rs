@@ -1130,4 +1130,16 @@ mod tests {
             serde_json::to_value(&rendered).unwrap()
         );
     }
+
+    #[test]
+    fn a_pass_on_a_rising_load_says_so_with_both_loads() {
+        let said = lesson(&Lesson::Kept(Kept::Rising {
+            load: 36.0,
+            now: 46.5,
+        }));
+        assert_eq!(
+            said,
+            "capacity kept: objective met at 36.00 requests running per pod, but 46.50 are in flight per pod now: the load is still rising"
+        );
+    }
 }
