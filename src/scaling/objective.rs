@@ -687,17 +687,24 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_count_held_by_the_window_waits_for_it_while_the_estimate_probes_up() {
+    /// A fleet of `replicas` (at most `max`) scaled on the objective alone, reading `value`.
+    fn objective_alone(replicas: i32, max: i32, value: f64) -> Input {
         use crate::scaling::fixture::input;
-        use crate::scaling::{Entry, MetricReading, TargetType};
-        let mut start = input().replicas(30, 30).bounds(1, 40).build();
-        start.signal = Signal::Ratio(vec![MetricReading {
+        use crate::scaling::{MetricReading, TargetType};
+        let mut alone = input().replicas(replicas, replicas).bounds(1, max).build();
+        alone.signal = Signal::Ratio(vec![MetricReading {
             name: OBJECTIVE_METRIC.into(),
-            value: Ok(3.3),
+            value: Ok(value),
             target: f64::NAN,
             kind: TargetType::Value,
         }]);
+        alone
+    }
+
+    #[test]
+    fn a_count_held_by_the_window_waits_for_it_while_the_estimate_probes_up() {
+        use crate::scaling::Entry;
+        let mut start = objective_alone(30, 40, 3.3);
         let thirty = Entry {
             at: t(500),
             replicas: 30,
@@ -720,15 +727,8 @@ mod tests {
 
     #[test]
     fn a_count_clamped_at_the_maximum_is_not_recounted_below_it() {
-        use crate::scaling::fixture::input;
-        use crate::scaling::{Entry, MetricReading, TargetType};
-        let mut at_max = input().replicas(64, 64).bounds(1, 64).build();
-        at_max.signal = Signal::Ratio(vec![MetricReading {
-            name: OBJECTIVE_METRIC.into(),
-            value: Ok(5.0),
-            target: f64::NAN,
-            kind: TargetType::Value,
-        }]);
+        use crate::scaling::Entry;
+        let mut at_max = objective_alone(64, 64, 5.0);
         at_max.memory.down = vec![
             Entry {
                 at: t(500),
