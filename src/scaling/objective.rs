@@ -628,16 +628,8 @@ mod tests {
 
     #[test]
     fn a_new_estimate_recounts_the_windows_and_samples_when_the_objective_is_alone() {
-        use crate::scaling::fixture::input;
         use crate::scaling::{Entry, MetricReading, Sample, TargetType};
-        let reading = |name: &str| MetricReading {
-            name: name.into(),
-            value: Ok(6.0),
-            target: f64::NAN,
-            kind: TargetType::Value,
-        };
-        let mut alone = input().replicas(10, 10).bounds(1, 20).build();
-        alone.signal = Signal::Ratio(vec![reading(OBJECTIVE_METRIC)]);
+        let mut alone = objective_alone(10, 20, 6.0);
         alone.memory.down = vec![
             Entry {
                 at: t(500),
@@ -666,7 +658,14 @@ mod tests {
         assert_eq!(same.memory, alone.memory);
         // A fixed-target metric beside it: the windows mix units and stay as they are.
         let mut mixed = alone.clone();
-        mixed.signal = Signal::Ratio(vec![reading(OBJECTIVE_METRIC), reading("kv")]);
+        if let Signal::Ratio(readings) = &mut mixed.signal {
+            readings.push(MetricReading {
+                name: "kv".into(),
+                value: Ok(6.0),
+                target: f64::NAN,
+                kind: TargetType::Value,
+            });
+        }
         let applied = apply(&mixed, &learnt, &Capacity::prior(4.0));
         assert_eq!(applied.memory, mixed.memory);
         // Either way every scale-down is paced, whatever the spec's policies say.
@@ -747,6 +746,19 @@ mod tests {
         let cut = apply(&at_max, &learnt_at(4.0), &Capacity::prior(5.0));
         let down: Vec<i32> = cut.memory.down.iter().map(|e| e.replicas).collect();
         assert_eq!(down, vec![80, 50]);
+        // So a 300 s window keeps the fleet at its maximum while the estimate rises, though
+        // today's need (64 pods at 4 per pod is 52 at 5) is below it; recounted, it went to 52.
+        let mut held = objective_alone(64, 64, 4.0);
+        held.behavior = crate::scaling::Behavior::scale_down(300, 0);
+        held.now = t(600);
+        held.memory.down = vec![Entry {
+            at: t(500),
+            replicas: 64,
+        }];
+        let risen = apply(&held, &learnt_at(5.0), &Capacity::prior(4.0));
+        let decision = crate::scaling::decide(&risen);
+        assert_eq!(decision.recommendation, Some(52));
+        assert_eq!(decision.desired, 64);
     }
 
     mod properties {
