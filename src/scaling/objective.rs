@@ -628,18 +628,9 @@ mod tests {
 
     #[test]
     fn a_new_estimate_recounts_the_windows_and_samples_when_the_objective_is_alone() {
-        use crate::scaling::{Entry, MetricReading, Sample, TargetType};
+        use crate::scaling::{MetricReading, Sample, TargetType};
         let mut alone = objective_alone(10, 20, 6.0);
-        alone.memory.down = vec![
-            Entry {
-                at: t(500),
-                replicas: 10,
-            },
-            Entry {
-                at: t(550),
-                replicas: 7,
-            },
-        ];
+        alone.memory.down = window_of(&[(500, 10), (550, 7)]);
         alone.memory.samples = vec![Sample {
             at: t(550),
             need: 10.0,
@@ -686,6 +677,17 @@ mod tests {
         }
     }
 
+    /// A window's entries: `(seconds, replicas)` each.
+    fn window_of(counts: &[(i64, i32)]) -> Vec<crate::scaling::Entry> {
+        counts
+            .iter()
+            .map(|&(at, replicas)| crate::scaling::Entry {
+                at: t(at),
+                replicas,
+            })
+            .collect()
+    }
+
     /// A fleet of `replicas` (at most `max`) scaled on the objective alone, reading `value`.
     fn objective_alone(replicas: i32, max: i32, value: f64) -> Input {
         use crate::scaling::fixture::input;
@@ -726,18 +728,8 @@ mod tests {
 
     #[test]
     fn a_count_clamped_at_the_maximum_is_not_recounted_below_it() {
-        use crate::scaling::Entry;
         let mut at_max = objective_alone(64, 64, 5.0);
-        at_max.memory.down = vec![
-            Entry {
-                at: t(500),
-                replicas: 64,
-            },
-            Entry {
-                at: t(550),
-                replicas: 40,
-            },
-        ];
+        at_max.memory.down = window_of(&[(500, 64), (550, 40)]);
         // From 4 to 5 per pod: the 40 becomes 32, the 64 (a need of 64 or more) stays.
         let risen = apply(&at_max, &learnt_at(5.0), &Capacity::prior(4.0));
         let down: Vec<i32> = risen.memory.down.iter().map(|e| e.replicas).collect();
@@ -751,10 +743,7 @@ mod tests {
         let mut held = objective_alone(64, 64, 4.0);
         held.behavior = crate::scaling::Behavior::scale_down(300, 0);
         held.now = t(600);
-        held.memory.down = vec![Entry {
-            at: t(500),
-            replicas: 64,
-        }];
+        held.memory.down = window_of(&[(500, 64)]);
         let risen = apply(&held, &learnt_at(5.0), &Capacity::prior(4.0));
         let decision = crate::scaling::decide(&risen);
         assert_eq!(decision.recommendation, Some(52));
