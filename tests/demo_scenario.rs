@@ -142,7 +142,7 @@ fn run_demo() -> Run {
                 startup_seconds: effective_startup(spec.startup_seconds, None),
                 memory: std::mem::take(&mut memory),
                 now: epoch + SignedDuration::from_secs_f64(real),
-                latency_unread: None,
+                down_waits: None,
             };
             let step = law(&input, &stages, None, None, stored.clone());
             stored.syncs_without_signal = step.syncs_without_signal;

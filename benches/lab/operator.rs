@@ -373,7 +373,7 @@ impl Policy for Operator {
             startup_seconds: effective_startup(self.spec.startup_seconds, self.learned),
             memory: std::mem::take(&mut self.memory),
             now,
-            latency_unread: None,
+            down_waits: None,
         };
         // The law that ships, every stage the spec sets.
         let stages = stages(&self.spec, self.pause).unwrap();

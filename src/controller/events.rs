@@ -22,6 +22,9 @@ pub const PAUSED: &str = "Paused";
 pub const FALLBACK_ACTIVE: &str = "FallbackActive";
 /// The reason of the event that says a scale-down waits because the demand is rising.
 pub const RISING_DEMAND: &str = "RisingDemand";
+/// The reason of the event that says a scale-down waits because the pods carry more requests
+/// now than over the last minute (under an objective).
+pub const LOAD_RISING: &str = "LoadRising";
 /// The reason of the event that says the rise remembered for this time of the period holds the
 /// fleet (spec.recurrence).
 pub const RECURRING_DEMAND: &str = "RecurringDemand";
@@ -32,8 +35,9 @@ pub const RECURRING_DEMAND: &str = "RecurringDemand";
 /// A broken signal is such a state too: its warnings (one per skipped metric, and the hold)
 /// are told together when the breakage begins and when what they say changes, not at every
 /// sync of an outage.
-pub const LASTING: [&str; 11] = [
+pub const LASTING: [&str; 12] = [
     LATENCY_UNREAD,
+    LOAD_RISING,
     OBJECTIVE_MISSED,
     SCALE_DOWN_STABILIZED,
     SCALE_UP_STABILIZED,
@@ -193,6 +197,14 @@ pub fn decision_notes(
                 LATENCY_UNREAD,
                 format!(
                     "scale-down to {} waits until the objective's latency histograms can be read: {why}",
+                    decision.desired
+                ),
+            ),
+            // Without the loads, which move at every sync: told when the wait begins.
+            Reason::Deferred(DeferReason::LoadRising(_)) => Note::normal(
+                LOAD_RISING,
+                format!(
+                    "scale-down to {} waits while the load rises: the pods carry more requests now than over the last minute",
                     decision.desired
                 ),
             ),
@@ -447,6 +459,16 @@ mod tests {
     }
 
     fn run_with(kv: f64, spec_replicas: i32, behavior: Behavior) -> (Decision, TargetState) {
+        run_waiting(kv, spec_replicas, behavior, None)
+    }
+
+    /// As [`run_with`], with what makes a scale-down wait under an objective.
+    fn run_waiting(
+        kv: f64,
+        spec_replicas: i32,
+        behavior: Behavior,
+        down_waits: Option<DeferReason>,
+    ) -> (Decision, TargetState) {
         let target = TargetState {
             spec_replicas,
             ready_replicas: spec_replicas,
@@ -475,7 +497,7 @@ mod tests {
             startup_seconds: None,
             memory: Memory::default(),
             now: Timestamp::UNIX_EPOCH,
-            latency_unread: None,
+            down_waits,
         });
         (decision, target)
     }
@@ -520,6 +542,26 @@ mod tests {
             down.message,
             "scaled Deployment/vllm from 8 to 6 (metric kv = 0 recommended 0), on the way to 1 (scale-down paced by the objective at Percent 25%/60s, so each step's load is measured before the next)"
         );
+    }
+
+    #[test]
+    fn a_scale_down_that_waits_for_a_rising_load_says_so_without_the_loads() {
+        let rising = crate::scaling::Rising {
+            now: 12.5,
+            mean: 10.0,
+        };
+        let waits = Some(DeferReason::LoadRising(rising));
+        let (d, t) = run_waiting(0.0, 8, Behavior::scale_down(0, 0), waits);
+        assert_eq!(d.write, None);
+        let notes = decision_notes(&scaler(), &d, &t, false);
+        let wait = notes.iter().find(|n| n.reason == LOAD_RISING).unwrap();
+        assert!(!wait.warning);
+        // The loads move at every sync; the note does not, so it is told when the wait begins.
+        assert_eq!(
+            wait.message,
+            "scale-down to 1 waits while the load rises: the pods carry more requests now than over the last minute"
+        );
+        assert!(LASTING.contains(&LOAD_RISING));
     }
 
     #[test]

@@ -386,7 +386,7 @@ async fn observe(
         ),
         memory,
         now,
-        latency_unread: None,
+        down_waits: None,
     };
     let stored = Stored {
         zero: status::stored_zero(scaler.status.as_ref()),

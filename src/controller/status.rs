@@ -12,8 +12,8 @@ use crate::api::{
 use crate::api::{ObjectiveStatus, StartupStatus};
 use crate::scaling::{
     AwakeWait, Capacity, Change, Decision, DeferReason, Direction, Entry, HoldReason, Kept,
-    Learned, Learnt, Lesson, LimitReason, Memory, Pause, Reason, Share, TargetState, ZeroMemory,
-    ZeroReason, objective_missed, zero_phase,
+    Learned, Learnt, Lesson, LimitReason, Memory, Pause, Reason, Rising, Share, TargetState,
+    ZeroMemory, ZeroReason, objective_missed, zero_phase,
 };
 
 pub const READY: &str = "Ready";
@@ -690,6 +690,16 @@ pub(super) fn scaling_limited(decision: &Decision) -> (bool, &'static str, Strin
                     ),
                 );
             }
+            Reason::Deferred(DeferReason::LoadRising(Rising { now, mean })) => {
+                return (
+                    true,
+                    "LoadRising",
+                    format!(
+                        "scale-down to {} waits while the load rises: the pods carry {now:.2} requests each now, above the {mean:.2} they ran on average over the last minute",
+                        decision.desired
+                    ),
+                );
+            }
             Reason::Limited(LimitReason::DirectionDisabled { direction, desired }) => {
                 let (reason, field) = match direction {
                     Direction::Up => ("ScaleUpDisabled", "scaleUp"),
@@ -833,6 +843,18 @@ mod tests {
         max: i32,
         behavior: Behavior,
     ) -> (Decision, TargetState) {
+        decided_waiting(value, spec, min, max, behavior, None)
+    }
+
+    /// As [`decided_with`], with what makes a scale-down wait under an objective.
+    fn decided_waiting(
+        value: f64,
+        spec: i32,
+        min: i32,
+        max: i32,
+        behavior: Behavior,
+        down_waits: Option<DeferReason>,
+    ) -> (Decision, TargetState) {
         let target = TargetState {
             spec_replicas: spec,
             ready_replicas: spec,
@@ -851,7 +873,7 @@ mod tests {
             startup_seconds: None,
             memory: Memory::default(),
             now: t(0),
-            latency_unread: None,
+            down_waits,
         });
         (d, target)
     }
@@ -1049,6 +1071,31 @@ mod tests {
         );
         // The step is remembered for the pace's minute.
         assert_eq!(stored_memory(Some(&s), "u1", "t1").changes.len(), 1);
+    }
+
+    #[test]
+    fn a_scale_down_that_waits_for_a_rising_load_says_so() {
+        let rising = Rising {
+            now: 12.5,
+            mean: 10.0,
+        };
+        let waits = Some(DeferReason::LoadRising(rising));
+        let (d, target) = decided_waiting(0.25, 40, 1, 40, Behavior::unlimited(), waits);
+        assert_eq!((d.desired, d.write), (10, None));
+        let scaler = Scaler {
+            uid: "u1",
+            generation: Some(1),
+        };
+        let s = render(None, &scaler, &plain(&d, &target, false), t(0));
+        let limited = condition(&s, SCALING_LIMITED);
+        assert_eq!(
+            (limited.status.as_str(), limited.reason.as_str()),
+            ("True", "LoadRising")
+        );
+        assert_eq!(
+            limited.message,
+            "scale-down to 10 waits while the load rises: the pods carry 12.50 requests each now, above the 10.00 they ran on average over the last minute"
+        );
     }
 
     /// RFC 7386 applied, as the API server applies a status merge patch.

@@ -10,7 +10,7 @@ use super::stabilization::{Entry, Hold, record, stabilized};
 use super::step::cap_scale_down;
 use super::types::{
     Decision, DeferReason, Direction, HoldReason, Input, LimitReason, Memory, MetricOutcome,
-    PlanReason, Reason, Signal,
+    PlanReason, Reason, Rising, Signal,
 };
 use super::unreadable::{NegativeCount, Unreadable};
 
@@ -166,6 +166,19 @@ fn plan(need: f64, recurring: Option<f64>, input: &Input, reasons: &mut Vec<Reas
     recommendation
 }
 
+/// Whether `why` holds off a scale-down to `desired` when `recommended` is what this sync's
+/// measurement asks for. A rising load holds it off only while the step would leave less room
+/// than one more window of the rise asks for (the recommendation grown by the rise's ratio): a
+/// count the stabilization window holds well above the measurement may still step down.
+fn holds_off(why: &DeferReason, desired: i32, recommended: i32) -> bool {
+    match why {
+        DeferReason::LoadRising(Rising { now, mean }) => {
+            *mean <= 0.0 || f64::from(desired) < f64::from(recommended) * now / mean
+        }
+        _ => true,
+    }
+}
+
 /// Decides one sync.
 pub fn decide(input: &Input) -> Decision {
     let Input {
@@ -176,7 +189,7 @@ pub fn decide(input: &Input) -> Decision {
         startup_seconds,
         memory,
         now,
-        latency_unread,
+        down_waits,
     } = input;
     let current = target.spec_replicas;
     let mut reasons = Vec::new();
@@ -336,9 +349,11 @@ pub fn decide(input: &Input) -> Decision {
                 spec: current,
             }));
         } else if desired < current
-            && let Some(why) = latency_unread
+            && let Some(why) = down_waits
+                .as_ref()
+                .filter(|why| holds_off(why, desired, clamped))
         {
-            reasons.push(Reason::Deferred(DeferReason::LatencyUnread(why.clone())));
+            reasons.push(Reason::Deferred(why.clone()));
         } else {
             write = rate_limited(
                 current,
@@ -501,7 +516,7 @@ mod tests {
             startup_seconds: None,
             memory: Memory::default(),
             now: t(0),
-            latency_unread: None,
+            down_waits: None,
         }
     }
 
@@ -696,7 +711,7 @@ mod tests {
                 startup_seconds: None,
                 memory: history.clone(),
                 now: t(now),
-                latency_unread: None,
+                down_waits: None,
             });
             if let Some(w) = d.write {
                 writes.push((now, w));
@@ -751,7 +766,7 @@ mod tests {
                 startup_seconds: None,
                 memory,
                 now: t(now),
-                latency_unread: None,
+                down_waits: None,
             });
             if let Some(w) = d.write {
                 writes.push((now, w));
@@ -775,7 +790,7 @@ mod tests {
             startup_seconds: None,
             memory: Memory::default(),
             now: t(0),
-            latency_unread: None,
+            down_waits: None,
         });
         assert_eq!(high.write, None);
         let mut history = high.memory;
@@ -788,7 +803,7 @@ mod tests {
                 startup_seconds: None,
                 memory: history.clone(),
                 now: t(now),
-                latency_unread: None,
+                down_waits: None,
             });
             assert_eq!((d.desired, d.write), (8, None), "held at {now}s");
             assert!(d.reasons.iter().any(|r| matches!(
@@ -805,7 +820,7 @@ mod tests {
             startup_seconds: None,
             memory: history,
             now: t(195),
-            latency_unread: None,
+            down_waits: None,
         });
         assert_eq!(released.write, Some(2));
     }
@@ -1391,7 +1406,7 @@ mod properties {
                         recurring: Default::default(),
                     },
                     now: t(600),
-                    latency_unread: None,
+                    down_waits: None,
                 },
             )
     }
@@ -1508,7 +1523,7 @@ mod properties {
                     startup_seconds: Some(180.0),
                     memory,
                     now: t(15 * k as i64),
-                latency_unread: None,});
+                down_waits: None,});
                 prop_assert_eq!(d.write, None, "sync {}", k);
                 memory = d.memory;
             }
@@ -1538,7 +1553,7 @@ mod properties {
                 startup_seconds: None,
                 memory: Memory::default(),
                 now: t(0),
-            latency_unread: None,});
+            down_waits: None,});
             prop_assert_eq!(d.write, None);
         }
 

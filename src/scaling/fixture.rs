@@ -39,7 +39,7 @@ pub fn input() -> InputBuilder {
         startup_seconds: None,
         memory: Memory::default(),
         now: Timestamp::UNIX_EPOCH,
-        latency_unread: None,
+        down_waits: None,
     })
 }
 

@@ -54,7 +54,7 @@ pub use startup::{
 pub use step::cap_scale_down;
 pub use types::{
     AwakeWait, Bounds, Decision, DeferReason, Direction, HoldReason, Input, LimitReason, Memory,
-    MetricOutcome, MetricReading, Pause, PlanReason, Reason, Rollout, Signal, TargetState,
+    MetricOutcome, MetricReading, Pause, PlanReason, Reason, Rising, Rollout, Signal, TargetState,
     ZeroReason,
 };
 pub use unreadable::{NegativeCount, Unreadable};

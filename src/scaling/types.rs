@@ -88,8 +88,9 @@ pub struct Input {
     pub startup_seconds: Option<f64>,
     pub memory: Memory,
     pub now: Timestamp,
-    /// Why the objective's latency signal could not be read: a scale-down waits for it.
-    pub latency_unread: Option<Unreadable>,
+    /// Why a scale-down waits under an objective: its latency signal cannot be read
+    /// ([`DeferReason::LatencyUnread`]) or the load is still rising ([`DeferReason::LoadRising`]).
+    pub down_waits: Option<DeferReason>,
 }
 
 /// What one metric contributed.
@@ -120,6 +121,18 @@ pub enum DeferReason {
     NotSettled { ready: i32, spec: i32 },
     /// A scale-down waits until the objective's latency histograms can be read again.
     LatencyUnread(Unreadable),
+    /// A scale-down waits while the pods carry more requests than over the objective's window.
+    LoadRising(Rising),
+}
+
+/// The pods carry more requests now than their mean over the objective's window: the load is
+/// still rising, or a queue is building.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rising {
+    /// Requests in flight per pod now, the waiting ones included.
+    pub now: f64,
+    /// Requests running per Ready pod, on average over the window.
+    pub mean: f64,
 }
 
 /// A direction of change.
