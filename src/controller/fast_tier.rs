@@ -1571,6 +1571,53 @@ impl From<&Exported> for Window {
     }
 }
 
+/// Under an objective, a scale-down into a rising load waits and says so in a condition and an
+/// event; at the minute's mean it goes ahead.
+#[tokio::test]
+async fn an_objective_scale_down_waits_while_the_pods_carry_more_than_over_the_minute() {
+    let rising = Exported {
+        in_flight: 4.4,
+        load: 4.0,
+        requests: 400.0,
+        late: 0.0,
+        histograms: true,
+    };
+    let exported = Arc::new(Mutex::new(Window::from(&rising)));
+    let server = prometheus_window(exported.clone()).await;
+    let h = Harness::leader(FakeApi::default().with_deployment("vllm", 10));
+    let mut scaler = objective_scaler(
+        &server,
+        json!({ "selector": "model_name=\"m\"", "initialRequestsPerPod": "8" }),
+    );
+
+    // 10 pods with 4.4 in flight each against an estimate of 8 would do with 6 (5.5), but they
+    // ran 4 each over the minute: 6 carries no more minute of that rise (6.6), so nothing moves.
+    h.sync_and_store(&mut scaler).await;
+    let status = scaler["status"].clone();
+    assert_eq!(h.api.scale_writes("vllm"), Vec::<i64>::new(), "{status:#}");
+    let (limited, reason, message) = condition(&status, "ScalingLimited");
+    assert_eq!((limited.as_str(), reason.as_str()), ("True", "LoadRising"));
+    assert!(
+        message.contains("4.40 requests each now, above the 4.00"),
+        "{message}"
+    );
+    let events = h.api.events();
+    assert!(
+        events
+            .iter()
+            .any(|(r, n)| r == "LoadRising" && n.contains("scale-down to 6 waits")),
+        "{events:?}"
+    );
+
+    // Back at the minute's mean: the step goes ahead, paced to three quarters of the pods.
+    *exported.lock().unwrap_or_else(PoisonError::into_inner) = Window::from(&Exported {
+        in_flight: 4.0,
+        ..rising
+    });
+    h.sync_and_store(&mut scaler).await;
+    assert_eq!(h.api.scale_writes("vllm"), vec![7]);
+}
+
 /// Under an objective, the controller reads the composed queries, learns the capacity from the
 /// histograms, sizes the fleet with it and shows it in status; histograms that go missing keep
 /// the estimate, defer a scale-down and say so.
