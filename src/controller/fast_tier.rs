@@ -1583,12 +1583,7 @@ async fn an_objective_scale_down_waits_while_the_pods_carry_more_than_over_the_m
         histograms: true,
     };
     let exported = Arc::new(Mutex::new(Window::from(&rising)));
-    let server = prometheus_window(exported.clone()).await;
-    let h = Harness::leader(FakeApi::default().with_deployment("vllm", 10));
-    let mut scaler = objective_scaler(
-        &server,
-        json!({ "selector": "model_name=\"m\"", "initialRequestsPerPod": "8" }),
-    );
+    let (h, mut scaler) = objective_fleet(&exported, 10, "8").await;
 
     // 10 pods with 4.4 in flight each against an estimate of 8 would do with 6 (5.5), but they
     // ran 4 each over the minute: 6 carries no more minute of that rise (6.6), so nothing moves.
@@ -1630,12 +1625,7 @@ async fn an_objective_learns_its_capacity_from_the_histograms_and_a_gap_holds_th
         late: 40.0,
         histograms: true,
     })));
-    let server = prometheus_window(exported.clone()).await;
-    let h = Harness::leader(FakeApi::default().with_deployment("vllm", 2));
-    let mut scaler = objective_scaler(
-        &server,
-        json!({ "selector": "model_name=\"m\"", "initialRequestsPerPod": "8" }),
-    );
+    let (h, mut scaler) = objective_fleet(&exported, 2, "8").await;
 
     // 10% late at 6 running per pod: the prior of 8 comes down to 0.9 × 6.
     h.sync_and_store(&mut scaler).await;
@@ -1736,12 +1726,7 @@ async fn a_met_minute_lifts_the_untested_prior_once_and_the_status_says_so() {
     };
     // 10 requests in the minute: too few to judge anything.
     let exported = Arc::new(Mutex::new(window(10.0)));
-    let server = prometheus_window(exported.clone()).await;
-    let h = Harness::leader(FakeApi::default().with_deployment("vllm", 2));
-    let mut scaler = objective_scaler(
-        &server,
-        json!({ "selector": "model_name=\"m\"", "initialRequestsPerPod": "4" }),
-    );
+    let (h, mut scaler) = objective_fleet(&exported, 2, "4").await;
 
     h.sync_and_store(&mut scaler).await;
     let status = scaler["status"].clone();
@@ -1813,6 +1798,22 @@ struct Window {
     load: Option<f64>,
     queue: Vec<(f64, f64)>,
     tpot: Vec<(f64, f64)>,
+}
+
+/// A leader over a Deployment of `replicas` Ready pods and an objective scaler that starts from
+/// `prior` requests per pod, its Prometheus answering the composed queries from `exported`.
+async fn objective_fleet(
+    exported: &Arc<Mutex<Window>>,
+    replicas: i32,
+    prior: &str,
+) -> (Harness, Value) {
+    let server = prometheus_window(exported.clone()).await;
+    let h = Harness::leader(FakeApi::default().with_deployment("vllm", replicas));
+    let scaler = objective_scaler(
+        &server,
+        json!({ "selector": "model_name=\"m\"", "initialRequestsPerPod": prior }),
+    );
+    (h, scaler)
 }
 
 async fn prometheus_window(window: Arc<Mutex<Window>>) -> String {

@@ -878,6 +878,15 @@ mod tests {
         (d, target)
     }
 
+    /// The status a first sync of scaler `u1` renders from `d`, written or not.
+    fn first_status(d: &Decision, target: &TargetState, wrote: bool) -> LLMScalerStatus {
+        let scaler = Scaler {
+            uid: "u1",
+            generation: Some(1),
+        };
+        render(None, &scaler, &plain(d, target, wrote), t(0))
+    }
+
     fn condition<'a>(s: &'a LLMScalerStatus, type_: &str) -> &'a Condition {
         s.conditions.iter().find(|c| c.type_ == type_).unwrap()
     }
@@ -1055,11 +1064,7 @@ mod tests {
         let mut behavior = Behavior::unlimited();
         behavior.down_pace = Some(crate::scaling::DOWN_PACE);
         let (d, target) = decided_with(0.25, 40, 1, 40, behavior);
-        let scaler = Scaler {
-            uid: "u1",
-            generation: Some(1),
-        };
-        let s = render(None, &scaler, &plain(&d, &target, true), t(0));
+        let s = first_status(&d, &target, true);
         let limited = condition(&s, SCALING_LIMITED);
         assert_eq!(
             (limited.status.as_str(), limited.reason.as_str()),
@@ -1082,11 +1087,7 @@ mod tests {
         let waits = Some(DeferReason::LoadRising(rising));
         let (d, target) = decided_waiting(0.25, 40, 1, 40, Behavior::unlimited(), waits);
         assert_eq!((d.desired, d.write), (10, None));
-        let scaler = Scaler {
-            uid: "u1",
-            generation: Some(1),
-        };
-        let s = render(None, &scaler, &plain(&d, &target, false), t(0));
+        let s = first_status(&d, &target, false);
         let limited = condition(&s, SCALING_LIMITED);
         assert_eq!(
             (limited.status.as_str(), limited.reason.as_str()),
