@@ -354,6 +354,19 @@ pub fn decide(input: &Input) -> Decision {
                 .filter(|why| holds_off(why, desired, clamped))
         {
             reasons.push(Reason::Deferred(why.clone()));
+            // The wait is for the measurement, not for the spec's bound: a fleet above
+            // maxReplicas still comes down to it.
+            if current > bounds.max {
+                write = rate_limited(
+                    current,
+                    bounds.max,
+                    bounds.max,
+                    behavior,
+                    &memory.changes,
+                    *now,
+                    &mut reasons,
+                );
+            }
         } else {
             write = rate_limited(
                 current,
@@ -1064,6 +1077,47 @@ mod tests {
         let mut i = remembering(0.5, 40, 1, 1800);
         i.behavior.down.window_seconds = 0;
         assert_eq!(decide(&i).desired, 20);
+    }
+
+    #[test]
+    fn a_wait_for_the_measurement_still_brings_a_fleet_above_max_replicas_down_to_it() {
+        // 20 replicas, maxReplicas lowered to 10, the measurement asks for 4: while the
+        // histograms cannot be read (or the load rises) the fleet waits at the bound, not above.
+        let waits = [
+            DeferReason::LatencyUnread(crate::scaling::fixture::unreadable("no series")),
+            DeferReason::LoadRising(Rising {
+                now: 2.0,
+                mean: 1.0,
+            }),
+        ];
+        for why in waits {
+            let mut i = input(
+                Signal::Ratio(vec![metric("q", 0.2, 1.0)]),
+                settled(20),
+                1,
+                10,
+            );
+            i.down_waits = Some(why.clone());
+            let d = decide(&i);
+            assert_eq!((d.desired, d.write), (4, Some(10)), "{:?}", d.reasons);
+            assert!(
+                d.reasons.contains(&Reason::Deferred(why)),
+                "{:?}",
+                d.reasons
+            );
+            // Within the bounds, nothing moves.
+            let mut i = input(
+                Signal::Ratio(vec![metric("q", 0.4, 1.0)]),
+                settled(10),
+                1,
+                10,
+            );
+            i.down_waits = d.reasons.iter().find_map(|r| match r {
+                Reason::Deferred(why) => Some(why.clone()),
+                _ => None,
+            });
+            assert_eq!(decide(&i).write, None);
+        }
     }
 
     #[test]
