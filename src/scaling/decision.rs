@@ -1101,7 +1101,7 @@ mod tests {
             let d = decide(&i);
             assert_eq!((d.desired, d.write), (4, Some(10)), "{:?}", d.reasons);
             assert!(
-                d.reasons.contains(&Reason::Deferred(why)),
+                d.reasons.contains(&Reason::Deferred(why.clone())),
                 "{:?}",
                 d.reasons
             );
@@ -1112,10 +1112,7 @@ mod tests {
                 1,
                 10,
             );
-            i.down_waits = d.reasons.iter().find_map(|r| match r {
-                Reason::Deferred(why) => Some(why.clone()),
-                _ => None,
-            });
+            i.down_waits = Some(why);
             assert_eq!(decide(&i).write, None);
         }
     }

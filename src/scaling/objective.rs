@@ -866,7 +866,7 @@ mod tests {
             /// cannot be read, or the pods carry more now than over the window (no scale-down
             /// window here holds a count that leaves room for the rise), it never shrinks.
             #[test]
-            fn the_objective_stays_in_bounds_and_a_broken_latency_signal_never_scales_down(
+            fn the_objective_stays_in_bounds_and_never_shrinks_while_unread_or_rising(
                 value in 0.0f64..200.0,
                 spec in 1i32..30,
                 ready_short in 0i32..3,
