@@ -41,10 +41,12 @@ pub const DELETION_COST_QUERY: &str = "scaleDown.deletionCostQuery";
 pub const OBJECTIVE_METRIC: &str = "objective";
 
 /// The `metric` labels of the objective's latency queries in the operator's query metrics (not
-/// DNS labels either): the queue-time and time-per-output-token histograms, and the load.
+/// DNS labels either): the queue-time and time-per-output-token histograms, the load, and the
+/// requests admitted a second.
 pub const OBJECTIVE_QUEUE_QUERY: &str = "objective.queueTime";
 pub const OBJECTIVE_TPOT_QUERY: &str = "objective.timePerOutputToken";
 pub const OBJECTIVE_LOAD_QUERY: &str = "objective.requestsRunning";
+pub const OBJECTIVE_ADMITTED_QUERY: &str = "objective.requestsAdmitted";
 
 /// The external metric that serves a scaler's recommendation.
 pub const DESIRED_REPLICAS: &str = "desired-replicas";

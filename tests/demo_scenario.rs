@@ -143,6 +143,7 @@ fn run_demo() -> Run {
                 memory: std::mem::take(&mut memory),
                 now: epoch + SignedDuration::from_secs_f64(real),
                 down_waits: None,
+                admitted: None,
             };
             let step = law(&input, &stages, None, None, stored.clone());
             stored.syncs_without_signal = step.syncs_without_signal;

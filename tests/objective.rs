@@ -104,6 +104,9 @@ impl Fleet {
             );
             self.exporter.set(&series, total.round());
         }
+        // Every request got its first token (the demand is flat: the admissions do not rise).
+        let first_tokens = self.series("vllm:time_to_first_token_seconds_count", "");
+        self.exporter.set(&first_tokens, total.round());
     }
 }
 

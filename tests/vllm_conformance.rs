@@ -414,7 +414,7 @@ async fn samples_and_readme_queries_read_a_real_vllm_scrape_and_scale() {
     );
 
     // The queries an objective composes from its selector: on each fleet, one in-flight value,
-    // one load value and one cumulative queue-time histogram; vLLM 0.33.0's per-request TPOT
+    // one load value, one admission rate and one cumulative queue-time histogram; vLLM 0.33.0's per-request TPOT
     // histogram on the data-parallel pod, and none on the simulators.
     // A simulator observes a queue time only for a request that waited: three at once on a
     // pod that runs two.
@@ -471,6 +471,17 @@ async fn samples_and_readme_queries_read_a_real_vllm_scrape_and_scale() {
             queue.iter().any(|(le, _)| *le == 1.0),
             "half the default TTFT is a bound: {queue:?}"
         );
+        // The requests admitted a second: one value per fleet, above zero on the simulators that
+        // served the requests above within the minute, zero on the fixture, whose counters never
+        // move.
+        let admitted = common::eventually("first tokens a second over a minute", WAIT, || async {
+            let series = evaluate(&prometheus, &q.admitted).await;
+            (series.len() == 1)
+                .then(|| value(series))
+                .filter(|v| (app == FLEET) == (*v > 0.0))
+        })
+        .await;
+        assert!(admitted.is_finite(), "{app}: {admitted}");
         let tpot = buckets(q.tpot.clone()).await;
         if app == DP_FLEET {
             let tpot = tpot.unwrap();

@@ -77,8 +77,9 @@ fn cumulative(b: &Buckets) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// What the composed queries of an objective read from the lab's pods: both histograms' increase
-/// and the mean requests running per Ready pod over the last minute.
+/// What the composed queries of an objective read from the lab's pods: both histograms' increase,
+/// the mean requests running per Ready pod and the first tokens served a second over the last
+/// minute.
 pub fn latency(view: &View<'_>) -> Result<Latency, Unreadable> {
     let e = view.metrics.increase(view.now, WINDOW_SECONDS);
     let running = view
@@ -91,6 +92,7 @@ pub fn latency(view: &View<'_>) -> Result<Latency, Unreadable> {
         queue: cumulative(&e.queue),
         tpot: cumulative(&e.tpot),
         load: running.iter().map(|(_, v)| v).sum::<f64>() / running.len() as f64,
+        admitted: e.ttft.count() as f64 / WINDOW_SECONDS,
     })
 }
 
@@ -374,6 +376,7 @@ impl Policy for Operator {
             memory: std::mem::take(&mut self.memory),
             now,
             down_waits: None,
+            admitted: None,
         };
         // The law that ships, every stage the spec sets.
         let stages = stages(&self.spec, self.pause).unwrap();

@@ -764,7 +764,7 @@ pub struct Objective {
     /// PromQL label matchers that select this model's vLLM series and no other's, e.g.
     /// namespace="default", model_name="my-model". The operator composes every query of the
     /// objective from them (requests running and waiting, the queue-time and time-per-output-token
-    /// histograms), each series one serving engine.
+    /// histograms, the first tokens served a second), each series one serving engine.
     #[x_kube(validation = Rule::new(r#"self.matches(r'^\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"([^"\\]|\\.)*"(\s*,\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"([^"\\]|\\.)*")*\s*,?\s*$')"#)
         .message("objective.selector must be PromQL label matchers without braces, e.g. namespace=\"default\", model_name=\"my-model\""))]
     #[schemars(length(min = 1, max = 1024))]

@@ -94,6 +94,9 @@ pub struct Queries {
     pub queue: String,
     /// The last minute's times per output token, summed over engines by bucket.
     pub tpot: String,
+    /// Requests the engines served a first token to, a second over the last minute: the
+    /// demand's own trend.
+    pub admitted: String,
 }
 
 impl Queries {
@@ -148,6 +151,7 @@ pub fn queries(objective: &Objective) -> Result<Queries, ObjectiveError> {
         load: format!("avg(avg_over_time({running}[1m]))"),
         queue: buckets("vllm:request_queue_time_seconds"),
         tpot: buckets("vllm:request_time_per_output_token_seconds"),
+        admitted: format!("sum(rate(vllm:time_to_first_token_seconds_count{{{selector}}}[1m]))"),
     })
 }
 
@@ -178,7 +182,11 @@ mod tests {
             q.queue,
             "sum by (le) (increase(vllm:request_queue_time_seconds_bucket{namespace=\"ns\", model_name=~\"m.*\"}[1m]))"
         );
-        for query in [&q.in_flight, &q.load, &q.queue, &q.tpot] {
+        assert_eq!(
+            q.admitted,
+            "sum(rate(vllm:time_to_first_token_seconds_count{namespace=\"ns\", model_name=~\"m.*\"}[1m]))"
+        );
+        for query in [&q.in_flight, &q.load, &q.queue, &q.tpot, &q.admitted] {
             assert!(promql_parser::parser::parse(query).is_ok(), "{query}");
         }
     }

@@ -498,6 +498,7 @@ mod tests {
             memory: Memory::default(),
             now: Timestamp::UNIX_EPOCH,
             down_waits,
+            admitted: None,
         });
         (decision, target)
     }

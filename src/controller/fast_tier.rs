@@ -1567,6 +1567,8 @@ impl From<&Exported> for Window {
             load: Some(e.load),
             queue: histogram(e.late),
             tpot: histogram(0.0),
+            // Every request of the window was admitted in it, with the histograms' series.
+            admitted: e.histograms.then_some(e.requests / 60.0),
         }
     }
 }
@@ -1798,6 +1800,8 @@ struct Window {
     load: Option<f64>,
     queue: Vec<(f64, f64)>,
     tpot: Vec<(f64, f64)>,
+    /// First tokens served a second over the window.
+    admitted: Option<f64>,
 }
 
 /// A leader over a Deployment of `replicas` Ready pods and an objective scaler that starts from
@@ -1850,6 +1854,8 @@ async fn prometheus_window(window: Arc<Mutex<Window>>) -> String {
                     buckets(&w.tpot)
                 } else if query.starts_with("avg(avg_over_time") {
                     one(w.load)
+                } else if query.starts_with("sum(rate(vllm:time_to_first_token_seconds_count") {
+                    one(w.admitted)
                 } else if query == "sum(router_queue)" {
                     one(w.pending)
                 } else {
@@ -1959,6 +1965,7 @@ async fn objective_cross_path(steps: &[PodStep]) -> CrossPath {
                 load: Some(latency.load),
                 queue: latency.queue,
                 tpot: latency.tpot,
+                admitted: Some(latency.admitted),
             },
             Err(_) => Window {
                 in_flight,

@@ -3,7 +3,7 @@
 //! (the lifecycle of KEDA's ScalersCache), instead of a map per concern each cleaned by hand.
 //!
 //! None of it needs to survive a restart: what is told once is told once more, marks are looked
-//! for again, the demand samples are refitted within one start-up delay, the objective's load
+//! for again, the demand and admission samples are refitted within one start-up delay, the objective's load
 //! curve, which only ever caps the learned capacity, fills again from the next windows, and the
 //! recurrence's stretch under way starts again from status, which holds the finished ones.
 
@@ -40,6 +40,8 @@ struct Record {
     /// Recent demand, which the look-ahead fits its trend to. It changes every sync, so it is
     /// not worth a status write.
     samples: Vec<Sample>,
+    /// The requests admitted a second at recent syncs, under an objective: likewise.
+    admissions: Vec<Sample>,
     /// The objective's load curve: it too changes every sync.
     curve: LoadCurve,
     /// The recurrence's memory and the target it is of: its stretch under way changes every
@@ -140,6 +142,15 @@ impl Memories {
 
     pub fn set_samples(&self, uid: &str, samples: Vec<Sample>) {
         self.with(uid, |r| r.samples = samples);
+    }
+
+    /// The admission samples remembered for a scaler (under an objective).
+    pub fn admissions(&self, uid: &str) -> Vec<Sample> {
+        self.with(uid, |r| r.admissions.clone())
+    }
+
+    pub fn set_admissions(&self, uid: &str, admissions: Vec<Sample>) {
+        self.with(uid, |r| r.admissions = admissions);
     }
 
     /// The objective's load curve remembered for a scaler (empty for a new one).

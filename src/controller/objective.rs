@@ -2,7 +2,7 @@
 //! it scales on, and one window of the pods' latency histograms and load it learns from. The
 //! queries are the ones `api::objective` composes from the spec's selector.
 
-use futures::future::join3;
+use futures::future::join4;
 use thiserror::Error;
 
 use super::Context;
@@ -10,7 +10,9 @@ use super::reads::recorded;
 use super::server_access::ServerAccess;
 use crate::api::LLMScaler;
 use crate::api::objective::Queries;
-use crate::names::{OBJECTIVE_LOAD_QUERY, OBJECTIVE_QUEUE_QUERY, OBJECTIVE_TPOT_QUERY};
+use crate::names::{
+    OBJECTIVE_ADMITTED_QUERY, OBJECTIVE_LOAD_QUERY, OBJECTIVE_QUEUE_QUERY, OBJECTIVE_TPOT_QUERY,
+};
 use crate::scaling::{Latency, Unreadable};
 use crate::signals::histogram::{self, BucketsError};
 use crate::signals::http::Redacted;
@@ -34,8 +36,9 @@ pub enum LatencyError {
     },
 }
 
-/// One window of what the pods exported: both histograms and the mean requests running per
-/// engine, read concurrently. Any of them missing is an error: a gap is never read as idle.
+/// One window of what the pods exported: both histograms, the mean requests running per engine
+/// and the requests admitted a second, read concurrently. Any of them missing is an error: a gap
+/// is never read as idle.
 pub(super) async fn latency(
     scaler: &LLMScaler,
     ctx: &Context,
@@ -53,24 +56,29 @@ pub(super) async fn latency(
                     .map_err(|error| LatencyError::Buckets { query, error })
             })
     };
-    let (queue, tpot, load) = join3(
+    let value = |query: &'static str, read: Read<f64>| {
+        recorded(&ctx.metrics, namespace, name, query, read)
+            .map_err(|error| LatencyError::Read { query, error })
+    };
+    let (queue, tpot, load, admitted) = join4(
         server.series(&queries.queue),
         server.series(&queries.tpot),
         server.value(&queries.load, WhenEmpty::Explain),
+        server.value(&queries.admitted, WhenEmpty::Explain),
     )
     .await;
     // Each read is recorded, whether or not another failed.
     let queue = record(OBJECTIVE_QUEUE_QUERY, queue);
     let tpot = record(OBJECTIVE_TPOT_QUERY, tpot);
-    let load =
-        recorded(&ctx.metrics, namespace, name, OBJECTIVE_LOAD_QUERY, load).map_err(|error| {
-            LatencyError::Read {
-                query: OBJECTIVE_LOAD_QUERY,
-                error,
-            }
-        });
+    let load = value(OBJECTIVE_LOAD_QUERY, load);
+    let admitted = value(OBJECTIVE_ADMITTED_QUERY, admitted);
     queue
-        .and_then(|queue| Ok((queue, tpot?, load?)))
-        .map(|(queue, tpot, load)| Latency { queue, tpot, load })
+        .and_then(|queue| Ok((queue, tpot?, load?, admitted?)))
+        .map(|(queue, tpot, load, admitted)| Latency {
+            queue,
+            tpot,
+            load,
+            admitted,
+        })
         .map_err(Unreadable::new)
 }

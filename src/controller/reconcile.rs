@@ -364,6 +364,7 @@ async fn observe(
     };
     let mut memory = status::stored_memory(scaler.status.as_ref(), &uid, &target_uid);
     memory.samples = ctx.memory.samples(&uid);
+    memory.admissions = ctx.memory.admissions(&uid);
     // The recurrence's days: this process's, with the stretch under way, or else status's
     // finished stretches (another target's are dropped), read only then.
     memory.recurring = ctx.memory.recurring(&uid, &target_uid).unwrap_or_else(|| {
@@ -387,6 +388,7 @@ async fn observe(
         memory,
         now,
         down_waits: None,
+        admitted: None,
     };
     let stored = Stored {
         zero: status::stored_zero(scaler.status.as_ref()),
@@ -412,6 +414,8 @@ async fn observe(
     } = law(&input, &stages, activation, objective_read.as_ref(), stored);
     ctx.memory
         .set_samples(&uid, decision.memory.samples.clone());
+    ctx.memory
+        .set_admissions(&uid, decision.memory.admissions.clone());
     ctx.memory
         .set_recurring(&uid, &target_uid, decision.memory.recurring.clone());
     if let Some(learnt) = &objective {

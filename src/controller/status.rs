@@ -207,6 +207,7 @@ pub fn stored_memory(status: Option<&LLMScalerStatus>, uid: &str, target_uid: &s
                 })
                 .collect(),
             samples: Vec::new(),
+            admissions: Vec::new(),
             recurring: Default::default(),
         })
         .unwrap_or_default()
@@ -375,7 +376,7 @@ pub(super) fn objective_met(
                 false,
                 "LatencyUnread",
                 format!(
-                    "the latency histograms could not be read ({why}); capacity stays at {capacity} requests per pod and scale-downs wait"
+                    "the latency window could not be read ({why}); capacity stays at {capacity} requests per pod and scale-downs wait"
                 ),
             ),
             None => (
@@ -874,6 +875,7 @@ mod tests {
             memory: Memory::default(),
             now: t(0),
             down_waits,
+            admitted: None,
         });
         (d, target)
     }

@@ -115,6 +115,11 @@ fn plan(need: f64, recurring: Option<f64>, input: &Input, reasons: &mut Vec<Reas
         .map(round_up)
         .filter(|r| *r > measured);
     let up_need = expected.unwrap_or(need);
+    // Under an objective the admissions say whether the demand itself rises; without them the
+    // trend in the reading is all there is.
+    let demand_rises = input.admitted.is_none_or(|rate| {
+        forecast::look_ahead(&input.memory.admissions, rate, input.now, horizon).is_some()
+    });
     if current <= 0 {
         return round_up(up_need).max(early.unwrap_or(0));
     }
@@ -128,11 +133,19 @@ fn plan(need: f64, recurring: Option<f64>, input: &Input, reasons: &mut Vec<Reas
     } else if let Some(early) = early.filter(|e| *e > current) {
         early
     } else if need < current_f * (1.0 - down_tolerance) {
-        if expected.is_some() {
+        if expected.is_some() && demand_rises {
             // The trend never deepens a scale-down, and a rising one holds it off: a pod removed
             // now would be asked for again before a new one could be Ready. (Scaling down only
             // to what the trend needs one start-up ahead was measured too: it saved 1-10% of
             // replica-hours on ramps but left eight times the oscillations on `burstgpt`.)
+            // Under an objective it holds only while the admissions rise too: the requests in
+            // flight also climb for minutes after each step down, on a flat demand, and each
+            // such hold re-armed the scale-down window. Measured in the lab (8 seeds, both
+            // cards, 90/180/300 s): the L40S's steady and threshold shapes 7-13% and the Azure
+            // conversation log 5-6% fewer replica-hours at the same goodput, the L4 within 3%;
+            // the L40S's 5x step at 180 s fell from 97.1% to 94.9% (24 seeds), its fleet no
+            // longer held large by chance when the step came, and the conversation shape at
+            // 90 s from 99.69% to 99.33%.
             reasons.push(Reason::Planned(PlanReason::RisingDemand {
                 measured,
                 kept: current,
@@ -190,6 +203,7 @@ pub fn decide(input: &Input) -> Decision {
         memory,
         now,
         down_waits,
+        admitted,
     } = input;
     let current = target.spec_replicas;
     let mut reasons = Vec::new();
@@ -329,6 +343,19 @@ pub fn decide(input: &Input) -> Decision {
             )
         } else {
             Vec::new()
+        },
+        // A sync without the admissions (no objective, or its window unread) keeps those seen:
+        // the fit window bounds what the trend reads.
+        admissions: match admitted {
+            Some(rate) => forecast::remember(
+                &memory.admissions,
+                Sample {
+                    at: *now,
+                    need: *rate,
+                },
+                startup_seconds.unwrap_or(0.0),
+            ),
+            None => memory.admissions.clone(),
         },
         // A sync that could not weigh its load (no single per-replica target) keeps the days
         // seen; a spec without a recurrence forgets them.
@@ -530,6 +557,7 @@ mod tests {
             memory: Memory::default(),
             now: t(0),
             down_waits: None,
+            admitted: None,
         }
     }
 
@@ -725,6 +753,7 @@ mod tests {
                 memory: history.clone(),
                 now: t(now),
                 down_waits: None,
+                admitted: None,
             });
             if let Some(w) = d.write {
                 writes.push((now, w));
@@ -780,6 +809,7 @@ mod tests {
                 memory,
                 now: t(now),
                 down_waits: None,
+                admitted: None,
             });
             if let Some(w) = d.write {
                 writes.push((now, w));
@@ -804,6 +834,7 @@ mod tests {
             memory: Memory::default(),
             now: t(0),
             down_waits: None,
+            admitted: None,
         });
         assert_eq!(high.write, None);
         let mut history = high.memory;
@@ -817,6 +848,7 @@ mod tests {
                 memory: history.clone(),
                 now: t(now),
                 down_waits: None,
+                admitted: None,
             });
             assert_eq!((d.desired, d.write), (8, None), "held at {now}s");
             assert!(d.reasons.iter().any(|r| matches!(
@@ -834,6 +866,7 @@ mod tests {
             memory: history,
             now: t(195),
             down_waits: None,
+            admitted: None,
         });
         assert_eq!(released.write, Some(2));
     }
@@ -933,6 +966,35 @@ mod tests {
         );
     }
 
+    /// Six minutes of samples, one every 15 s up to `t(345)`, at `value(k)` for the k-th.
+    fn six_minutes_of(value: impl Fn(i64) -> f64) -> Vec<Sample> {
+        (0..24)
+            .map(|k| Sample {
+                at: t(k * 15),
+                need: value(k),
+            })
+            .collect()
+    }
+
+    /// A need that rose from 6 to 12 replicas over six minutes, by a quarter every 15 s.
+    fn rising_need(k: i64) -> f64 {
+        6.0 + k as f64 * 0.25
+    }
+
+    /// 20 settled replicas measured at 12 at `t(360)` with a 180 s start-up, after `samples`.
+    fn twenty_measured_at_twelve(samples: Vec<Sample>) -> Input {
+        let mut i = input(
+            Signal::Ratio(vec![metric("q", 0.6, 1.0)]),
+            settled(20),
+            1,
+            40,
+        );
+        i.now = t(360);
+        i.startup_seconds = Some(180.0);
+        i.memory.samples = samples;
+        i
+    }
+
     #[test]
     fn a_rising_demand_sizes_the_scale_up_one_start_up_ahead() {
         // Need rising by 1 replica a minute for 6 minutes, measured 12 against 10 replicas;
@@ -945,12 +1007,7 @@ mod tests {
         );
         i.now = t(360);
         i.startup_seconds = Some(180.0);
-        i.memory.samples = (0..24)
-            .map(|k| Sample {
-                at: t(k * 15),
-                need: 6.0 + k as f64 * 0.25,
-            })
-            .collect();
+        i.memory.samples = six_minutes_of(rising_need);
         let d = decide(&i);
         assert_eq!(d.write, Some(15));
         assert!(
@@ -1117,48 +1174,66 @@ mod tests {
         }
     }
 
+    /// The 20 replicas of [`twenty_measured_at_twelve`] kept by a rising trend, and saying so.
+    fn held_by_the_trend(d: &Decision) {
+        assert_eq!((d.desired, d.write), (20, None));
+        let held = Reason::Planned(PlanReason::RisingDemand {
+            measured: 12,
+            kept: 20,
+        });
+        assert!(d.reasons.contains(&held), "{:?}", d.reasons);
+    }
+
     #[test]
     fn a_rising_demand_holds_off_a_scale_down_and_a_flat_one_does_not() {
         // 20 replicas; the need rose from 6 to 12 over six minutes and is measured at 12, below
         // 20 × 0.9: the measurement alone would go to 12, but a pod the trend needs within the
         // 180 s start-up would be asked for again.
-        let rising: Vec<Sample> = (0..24)
-            .map(|k| Sample {
-                at: t(k * 15),
-                need: 6.0 + k as f64 * 0.25,
-            })
-            .collect();
-        let mut i = input(
-            Signal::Ratio(vec![metric("q", 0.6, 1.0)]),
-            settled(20),
-            1,
-            40,
-        );
-        i.now = t(360);
-        i.startup_seconds = Some(180.0);
-        i.memory.samples = rising;
+        let mut i = twenty_measured_at_twelve(six_minutes_of(rising_need));
         let d = decide(&i);
-        assert_eq!((d.desired, d.write), (20, None));
-        assert!(
-            d.reasons
-                .contains(&Reason::Planned(PlanReason::RisingDemand {
-                    measured: 12,
-                    kept: 20
-                })),
-            "{:?}",
-            d.reasons
-        );
+        held_by_the_trend(&d);
         // The same measurement after a flat history scales down.
-        i.memory.samples = (0..24)
-            .map(|k| Sample {
-                at: t(k * 15),
-                need: 12.0,
-            })
-            .collect();
+        i.memory.samples = six_minutes_of(|_| 12.0);
         assert_eq!(decide(&i).write, Some(12));
         // And without a start-up delay there is no trend to hold for.
         i.startup_seconds = None;
         assert_eq!(decide(&i).write, Some(12));
+    }
+
+    #[test]
+    fn under_an_objective_a_rising_trend_holds_off_a_scale_down_only_while_admissions_rise() {
+        // The requests in flight rose as in the test above; the admissions tell whether the
+        // demand did.
+        let mut i = twenty_measured_at_twelve(six_minutes_of(rising_need));
+        // Flat at 30 a second: the climb is the fleet's own (each pod batches more after a step
+        // down), and the scale-down goes ahead.
+        i.memory.admissions = six_minutes_of(|_| 30.0);
+        i.admitted = Some(30.0);
+        let d = decide(&i);
+        assert_eq!(d.write, Some(12), "{:?}", d.reasons);
+        assert!(
+            !d.reasons
+                .iter()
+                .any(|r| matches!(r, Reason::Planned(PlanReason::RisingDemand { .. }))),
+            "{:?}",
+            d.reasons
+        );
+        // This sync's admissions join the remembered ones, for the next sync's trend.
+        assert_eq!(
+            d.memory.admissions.last().map(|s| (s.at, s.need)),
+            Some((t(360), 30.0))
+        );
+        // Rising from 15 to 30 a second: the demand rises, and the trend holds the fleet.
+        i.memory.admissions = six_minutes_of(|k| 15.0 + k as f64 * 0.625);
+        let d = decide(&i);
+        held_by_the_trend(&d);
+        // Unread this sync (or no objective): the trend in the reading holds alone, as before,
+        // and the admissions seen are kept.
+        i.memory.admissions = six_minutes_of(|_| 30.0);
+        i.admitted = None;
+        let d = decide(&i);
+        assert_eq!((d.desired, d.write), (20, None));
+        assert_eq!(d.memory.admissions, i.memory.admissions);
     }
 
     #[test]
@@ -1454,10 +1529,12 @@ mod properties {
                             v.sort_by_key(|s| s.at);
                             v
                         },
+                        admissions: Vec::new(),
                         recurring: Default::default(),
                     },
                     now: t(600),
                     down_waits: None,
+                    admitted: None,
                 },
             )
     }
@@ -1574,7 +1651,7 @@ mod properties {
                     startup_seconds: Some(180.0),
                     memory,
                     now: t(15 * k as i64),
-                down_waits: None,});
+                down_waits: None, admitted: None,});
                 prop_assert_eq!(d.write, None, "sync {}", k);
                 memory = d.memory;
             }
@@ -1604,7 +1681,7 @@ mod properties {
                 startup_seconds: None,
                 memory: Memory::default(),
                 now: t(0),
-            down_waits: None,});
+            down_waits: None, admitted: None,});
             prop_assert_eq!(d.write, None);
         }
 

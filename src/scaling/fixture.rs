@@ -40,6 +40,7 @@ pub fn input() -> InputBuilder {
         memory: Memory::default(),
         now: Timestamp::UNIX_EPOCH,
         down_waits: None,
+        admitted: None,
     })
 }
 

@@ -92,6 +92,10 @@ pub struct Latency {
     pub tpot: Vec<(f64, f64)>,
     /// Mean requests running per Ready pod over the window.
     pub load: f64,
+    /// Requests the pods admitted a second over the window: `sum(rate(
+    /// vllm:time_to_first_token_seconds_count[window]))`, observed as each request's first token
+    /// is served, so a step down does not move it as it moves the requests in flight.
+    pub admitted: f64,
 }
 
 /// This sync's reading of the objective's signals.
@@ -118,6 +122,8 @@ pub struct Learnt {
     pub headroom: Option<f64>,
     /// The pods carry more requests now than over the window: scale-downs wait.
     pub rising: Option<Rising>,
+    /// Requests the pods admitted a second over the window, when read.
+    pub admitted: Option<f64>,
 }
 
 /// The share of `capacity` not in use at `current` requests in flight per pod.
@@ -196,6 +202,7 @@ pub fn learn_objective(
                 late: None,
                 unread: Some(why.clone()),
                 rising: None,
+                admitted: None,
             };
         }
     };
@@ -249,6 +256,7 @@ pub fn learn_objective(
         late,
         unread,
         rising: rising(current, latency.load),
+        admitted: Some(latency.admitted).filter(|a| a.is_finite() && *a >= 0.0),
     }
 }
 
@@ -329,6 +337,7 @@ pub fn apply(input: &Input, learnt: &Learnt, before: &Capacity) -> Input {
         (None, Some(rising)) => Some(DeferReason::LoadRising(rising)),
         (None, None) => None,
     };
+    input.admitted = learnt.admitted;
     input.behavior.down_pace = Some(DOWN_PACE);
     input
 }
@@ -407,6 +416,7 @@ mod tests {
                 queue: histogram(n, late),
                 tpot: histogram(n, 0.0),
                 load,
+                admitted: 1.0,
             }),
             newest_ready: Some(t(0)),
         }
@@ -421,11 +431,46 @@ mod tests {
     }
 
     #[test]
+    fn the_admissions_read_reach_the_decision_and_an_unread_window_has_none() {
+        use crate::scaling::fixture::input;
+        let learnt = |latency: Result<Latency, Unreadable>| {
+            let reading = ObjectiveReading {
+                latency,
+                newest_ready: Some(t(0)),
+            };
+            let (target, now) = (target(4, 4), t(600));
+            learn_objective(
+                None,
+                &LoadCurve::default(),
+                &reading,
+                Some(2.0),
+                &target,
+                now,
+                &rules(),
+            )
+        };
+        let read = learnt(Ok(Latency {
+            queue: histogram(100.0, 0.0),
+            tpot: histogram(100.0, 0.0),
+            load: 2.0,
+            admitted: 12.5,
+        }));
+        assert_eq!(read.admitted, Some(12.5));
+        let before = Capacity::prior(4.0);
+        let applied = apply(&input().replicas(4, 4).build(), &read, &before);
+        assert_eq!(applied.admitted, Some(12.5));
+        let unread = learnt(Err(unreadable("no series")));
+        assert_eq!(unread.admitted, None);
+        assert_eq!(apply(&applied, &unread, &before).admitted, None);
+    }
+
+    #[test]
     fn a_late_request_in_either_histogram_is_late() {
         let latency = Latency {
             queue: histogram(100.0, 3.0),
             tpot: histogram(100.0, 5.0),
             load: 2.0,
+            admitted: 1.0,
         };
         let share = late_share(&latency, &rules()).unwrap();
         assert_eq!(share.at_least, 0.05);
@@ -711,6 +756,7 @@ mod tests {
             unread: None,
             headroom: None,
             rising: None,
+            admitted: None,
         }
     }
 
@@ -889,6 +935,7 @@ mod tests {
                             queue: histogram(requests, (requests * late_share).floor()),
                             tpot: histogram(requests, 0.0),
                             load,
+                            admitted: 1.0,
                         })
                     },
                     newest_ready: None,
@@ -937,6 +984,7 @@ mod tests {
                         queue: histogram(1000.0, 0.0),
                         tpot: histogram(1000.0, 0.0),
                         load: value * 0.5,
+                        admitted: 1.0,
                     }),
                     newest_ready: Some(t(0)),
                 };

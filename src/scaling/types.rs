@@ -63,7 +63,7 @@ pub enum Signal {
 /// What earlier syncs left for this one: the recommendations inside each stabilization window,
 /// the changes inside the rate policies' periods, and the recent demand the trend is fitted to.
 /// Each is a pure function of the previous memory and the sync; the controller persists all but
-/// `samples` in status (a restart refits the trend over one start-up delay).
+/// `samples` and `admissions` in status (a restart refits the trends over one start-up delay).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Memory {
     /// Recommendations inside the scale-down window.
@@ -72,6 +72,9 @@ pub struct Memory {
     pub up: Vec<Entry>,
     pub changes: Vec<Change>,
     pub samples: Vec<Sample>,
+    /// The requests the pods admitted a second at each recent sync, under an objective (in
+    /// [`Sample::need`]): the demand's own trend, which the fleet's size does not move.
+    pub admissions: Vec<Sample>,
     /// The load each stretch of the period carried on the periods before (under a recurrence).
     pub recurring: Profile,
 }
@@ -91,6 +94,11 @@ pub struct Input {
     /// Why a scale-down waits under an objective: its latency signal cannot be read
     /// ([`DeferReason::LatencyUnread`]) or the load is still rising ([`DeferReason::LoadRising`]).
     pub down_waits: Option<DeferReason>,
+    /// Requests the pods admitted a second over the objective's window (their first tokens),
+    /// when it was read. With it, a rising trend in the requests in flight holds a scale-down
+    /// off only while the admissions rise too: after a step down, each pod left batches more and
+    /// each request runs longer, so the requests in flight climb while the demand stays flat.
+    pub admitted: Option<f64>,
 }
 
 /// What one metric contributed.

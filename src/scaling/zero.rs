@@ -294,6 +294,7 @@ fn went_to_zero(awake: Decision, input: &Input, rules: &ZeroRules) -> Decision {
             input.now,
         ),
         samples: awake.memory.samples,
+        admissions: awake.memory.admissions,
         recurring: awake.memory.recurring,
     };
     Decision {
