@@ -375,25 +375,14 @@ pub fn decide(input: &Input) -> Decision {
                 ready: target.ready_replicas,
                 spec: current,
             }));
+            write = down_to_max(input, &mut reasons);
         } else if desired < current
             && let Some(why) = down_waits
                 .as_ref()
                 .filter(|why| holds_off(why, desired, clamped))
         {
             reasons.push(Reason::Deferred(why.clone()));
-            // The wait is for the measurement, not for the spec's bound: a fleet above
-            // maxReplicas still comes down to it.
-            if current > bounds.max {
-                write = rate_limited(
-                    current,
-                    bounds.max,
-                    bounds.max,
-                    behavior,
-                    &memory.changes,
-                    *now,
-                    &mut reasons,
-                );
-            }
+            write = down_to_max(input, &mut reasons);
         } else {
             write = rate_limited(
                 current,
@@ -435,6 +424,27 @@ pub fn decide(input: &Input) -> Decision {
         metrics: measured.metrics,
         memory: next,
     }
+}
+
+/// While a scale-down waits for a measurement (pods starting, the latency histograms, a rising
+/// load), a fleet above maxReplicas still comes down to it: the wait is for what the pods carry,
+/// and the bound is the user's, not a measurement. (A rollout's wait is not: stepping down then
+/// would take the new template's cold pods first.)
+fn down_to_max(input: &Input, reasons: &mut Vec<Reason>) -> Option<i32> {
+    let (current, max) = (input.target.spec_replicas, input.bounds.max);
+    (current > max)
+        .then(|| {
+            rate_limited(
+                current,
+                max,
+                max,
+                &input.behavior,
+                &input.memory.changes,
+                input.now,
+                reasons,
+            )
+        })
+        .flatten()
 }
 
 /// The count to write now on the way from `current` to `desired` under the rate policies, the
@@ -1137,7 +1147,7 @@ mod tests {
     }
 
     #[test]
-    fn a_wait_for_the_measurement_still_brings_a_fleet_above_max_replicas_down_to_it() {
+    fn a_wait_for_a_measurement_still_brings_a_fleet_above_max_replicas_down_to_it() {
         // 20 replicas, maxReplicas lowered to 10, the measurement asks for 4: while the
         // histograms cannot be read (or the load rises) the fleet waits at the bound, not above.
         let waits = [
@@ -1172,6 +1182,24 @@ mod tests {
             i.down_waits = Some(why);
             assert_eq!(decide(&i).write, None);
         }
+        // So does a fleet whose pods are still starting: 20 asked for, 15 Ready.
+        let starting = TargetState {
+            spec_replicas: 20,
+            ready_replicas: 15,
+            rollout: None,
+        };
+        let d = decide(&input(
+            Signal::Ratio(vec![metric("q", 0.2, 1.0)]),
+            starting,
+            1,
+            10,
+        ));
+        assert_eq!(d.write, Some(10), "{:?}", d.reasons);
+        let not_settled = Reason::Deferred(DeferReason::NotSettled {
+            ready: 15,
+            spec: 20,
+        });
+        assert!(d.reasons.contains(&not_settled), "{:?}", d.reasons);
     }
 
     /// The 20 replicas of [`twenty_measured_at_twelve`] kept by a rising trend, and saying so.
