@@ -1938,6 +1938,8 @@ async fn objective_cross_path(steps: &[PodStep]) -> CrossPath {
                 pod.queue.observe_n(0.9, close);
                 pod.queue.observe_n(5.0, late);
                 pod.tpot.observe_n(0.03, finished);
+                // Each finished request had its first token in the window too: the admissions.
+                pod.ttft.observe_n(0.2, finished);
                 let sample = PodSample {
                     running,
                     waiting: 0.0,
