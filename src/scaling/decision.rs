@@ -142,7 +142,7 @@ fn plan(need: f64, recurring: Option<f64>, input: &Input, reasons: &mut Vec<Reas
             // flight also climb for minutes after each step down, on a flat demand, and each
             // such hold re-armed the scale-down window. Measured in the lab (8 seeds, both
             // cards, 90/180/300 s): the L40S's steady and threshold shapes 7-13% and the Azure
-            // conversation log 5-6% fewer replica-hours at the same goodput, the L4 within 3%;
+            // conversation log 5-6% fewer replica-hours at the same goodput, the L4 -3% to +2%;
             // the L40S's 5x step at 180 s fell from 97.1% to 94.9% (24 seeds), its fleet no
             // longer held large by chance when the step came, and the conversation shape at
             // 90 s from 99.69% to 99.33%.
