@@ -124,6 +124,11 @@ async fn every_panel_of_the_dashboard_has_data_from_a_running_operator() {
                 ] {
                     exporter.set(&format!("{name}_bucket{{{test}, le=\"{le}\"}}"), finished);
                 }
+                // Every finished request had its first token: the admissions the objective reads.
+                exporter.set(
+                    &format!("vllm:time_to_first_token_seconds_count{{{test}}}"),
+                    finished,
+                );
             }
         })
     };
