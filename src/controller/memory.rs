@@ -3,9 +3,10 @@
 //! (the lifecycle of KEDA's ScalersCache), instead of a map per concern each cleaned by hand.
 //!
 //! None of it needs to survive a restart: what is told once is told once more, marks are looked
-//! for again, the demand and admission samples are refitted within one start-up delay, the objective's load
-//! curve, which only ever caps the learned capacity, fills again from the next windows, and the
-//! recurrence's stretch under way starts again from status, which holds the finished ones.
+//! for again, the demand and admission samples are refitted within one start-up delay, the
+//! objective's load curve, which only ever caps the learned capacity, fills again from the next
+//! windows, and the recurrence's stretch under way starts again from status, which holds the
+//! finished ones.
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};

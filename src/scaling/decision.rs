@@ -116,10 +116,12 @@ fn plan(need: f64, recurring: Option<f64>, input: &Input, reasons: &mut Vec<Reas
         .filter(|r| *r > measured);
     let up_need = expected.unwrap_or(need);
     // Under an objective the admissions say whether the demand itself rises; without them the
-    // trend in the reading is all there is.
-    let demand_rises = input.admitted.is_none_or(|rate| {
-        forecast::look_ahead(&input.memory.admissions, rate, input.now, horizon).is_some()
-    });
+    // trend in the reading is all there is. Fitted only when that trend rises.
+    let demand_rises = || {
+        input.admitted.is_none_or(|rate| {
+            forecast::look_ahead(&input.memory.admissions, rate, input.now, horizon).is_some()
+        })
+    };
     if current <= 0 {
         return round_up(up_need).max(early.unwrap_or(0));
     }
@@ -133,7 +135,7 @@ fn plan(need: f64, recurring: Option<f64>, input: &Input, reasons: &mut Vec<Reas
     } else if let Some(early) = early.filter(|e| *e > current) {
         early
     } else if need < current_f * (1.0 - down_tolerance) {
-        if expected.is_some() && demand_rises {
+        if expected.is_some() && demand_rises() {
             // The trend never deepens a scale-down, and a rising one holds it off: a pod removed
             // now would be asked for again before a new one could be Ready. (Scaling down only
             // to what the trend needs one start-up ahead was measured too: it saved 1-10% of
@@ -550,9 +552,14 @@ mod tests {
     }
 
     fn settled(replicas: i32) -> TargetState {
+        starting(replicas, replicas)
+    }
+
+    /// `spec` pods asked for, `ready` of them Ready, no rollout.
+    fn starting(spec: i32, ready: i32) -> TargetState {
         TargetState {
-            spec_replicas: replicas,
-            ready_replicas: replicas,
+            spec_replicas: spec,
+            ready_replicas: ready,
             rollout: None,
         }
     }
@@ -702,14 +709,9 @@ mod tests {
 
     #[test]
     fn scale_down_waits_until_settled_but_scale_up_does_not() {
-        let starting = TargetState {
-            spec_replicas: 4,
-            ready_replicas: 2,
-            rollout: None,
-        };
         let down = decide(&input(
             Signal::Ratio(vec![metric("q", 0.0, 1.0)]),
-            starting.clone(),
+            starting(4, 2),
             1,
             10,
         ));
@@ -723,7 +725,7 @@ mod tests {
         );
         let up = decide(&input(
             Signal::Ratio(vec![metric("q", 5.0, 1.0)]),
-            starting,
+            starting(4, 2),
             1,
             10,
         ));
@@ -733,11 +735,7 @@ mod tests {
     #[test]
     fn zero_ready_is_not_healthy() {
         // Pods requested but none ready: the baseline recommends 1, but that scale-down must wait.
-        let target = TargetState {
-            spec_replicas: 3,
-            ready_replicas: 0,
-            rollout: None,
-        };
+        let target = starting(3, 0);
         let d = decide(&input(
             Signal::Ratio(vec![metric("q", 0.5, 1.0)]),
             target,
@@ -922,11 +920,7 @@ mod tests {
                     kind: TargetType::AverageValue,
                     ..metric("in-flight", 96.0, 16.0)
                 }]),
-                TargetState {
-                    spec_replicas: 9,
-                    ready_replicas: ready,
-                    rollout: None,
-                },
+                starting(9, ready),
                 1,
                 20,
             ));
@@ -940,11 +934,7 @@ mod tests {
         // alone lack, but the 2 starting pods cover it.
         let d = decide(&input(
             Signal::Ratio(vec![metric("q", 2.0, 1.0)]),
-            TargetState {
-                spec_replicas: 4,
-                ready_replicas: 2,
-                rollout: None,
-            },
+            starting(4, 2),
             1,
             10,
         ));
@@ -958,11 +948,7 @@ mod tests {
         // A fall in demand while pods start is a (deferred) scale-down, not capacity counted.
         let down = decide(&input(
             Signal::Ratio(vec![metric("q", 1.5, 1.0)]),
-            TargetState {
-                spec_replicas: 8,
-                ready_replicas: 2,
-                rollout: None,
-            },
+            starting(8, 2),
             1,
             10,
         ));
@@ -1183,14 +1169,9 @@ mod tests {
             assert_eq!(decide(&i).write, None);
         }
         // So does a fleet whose pods are still starting: 20 asked for, 15 Ready.
-        let starting = TargetState {
-            spec_replicas: 20,
-            ready_replicas: 15,
-            rollout: None,
-        };
         let d = decide(&input(
             Signal::Ratio(vec![metric("q", 0.2, 1.0)]),
-            starting,
+            starting(20, 15),
             1,
             10,
         ));
