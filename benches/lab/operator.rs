@@ -92,7 +92,7 @@ pub fn latency(view: &View<'_>) -> Result<Latency, Unreadable> {
         queue: cumulative(&e.queue),
         tpot: cumulative(&e.tpot),
         load: running.iter().map(|(_, v)| v).sum::<f64>() / running.len() as f64,
-        admitted: e.ttft.count() as f64 / WINDOW_SECONDS,
+        admitted: Ok(e.ttft.count() as f64 / WINDOW_SECONDS),
     })
 }
 

@@ -1615,6 +1615,39 @@ async fn an_objective_scale_down_waits_while_the_pods_carry_more_than_over_the_m
     assert_eq!(h.api.scale_writes("vllm"), vec![7]);
 }
 
+/// Under an objective, an admission rate that cannot be read leaves the rest of the window to
+/// count: the capacity is judged, a scale-down on a steady load goes ahead, and the condition
+/// names the query that failed.
+#[tokio::test]
+async fn an_objective_without_the_admission_rate_still_learns_and_scales_down() {
+    let steady = Window {
+        admitted: None,
+        ..Window::from(&Exported {
+            in_flight: 4.0,
+            load: 4.0,
+            requests: 400.0,
+            late: 0.0,
+            histograms: true,
+        })
+    };
+    let exported = Arc::new(Mutex::new(steady));
+    let (h, mut scaler) = objective_fleet(&exported, 10, "8").await;
+
+    h.sync_and_store(&mut scaler).await;
+    let status = scaler["status"].clone();
+    // 10 pods at 4 each against 8 need 5, paced to three quarters of the pods.
+    assert_eq!(h.api.scale_writes("vllm"), vec![7], "{status:#}");
+    assert_eq!(status["objective"]["attainment"], "100.00", "{status:#}");
+    let (met, reason, message) = condition(&status, "ObjectiveMet");
+    assert_eq!((met.as_str(), reason.as_str()), ("True", "Met"));
+    assert!(
+        message.contains(
+            "the requests admitted a second could not be read (objective.requestsAdmitted:"
+        ),
+        "{message}"
+    );
+}
+
 /// Under an objective, the controller reads the composed queries, learns the capacity from the
 /// histograms, sizes the fleet with it and shows it in status; histograms that go missing keep
 /// the estimate, defer a scale-down and say so.
@@ -1967,7 +2000,7 @@ async fn objective_cross_path(steps: &[PodStep]) -> CrossPath {
                 load: Some(latency.load),
                 queue: latency.queue,
                 tpot: latency.tpot,
-                admitted: Some(latency.admitted),
+                admitted: latency.admitted.ok(),
             },
             Err(_) => Window {
                 in_flight,

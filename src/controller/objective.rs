@@ -37,8 +37,9 @@ pub enum LatencyError {
 }
 
 /// One window of what the pods exported: both histograms, the mean requests running per engine
-/// and the requests admitted a second, read concurrently. Any of them missing is an error: a gap
-/// is never read as idle.
+/// and the requests admitted a second, read concurrently. A histogram or the load missing is an
+/// error (a gap is never read as idle); the admission rate missing is carried in the window, whose
+/// other reads still count.
 pub(super) async fn latency(
     scaler: &LLMScaler,
     ctx: &Context,
@@ -71,10 +72,11 @@ pub(super) async fn latency(
     let queue = record(OBJECTIVE_QUEUE_QUERY, queue);
     let tpot = record(OBJECTIVE_TPOT_QUERY, tpot);
     let load = value(OBJECTIVE_LOAD_QUERY, load);
-    let admitted = value(OBJECTIVE_ADMITTED_QUERY, admitted);
+    // The admissions only steady the trend's hold: without them the window still counts.
+    let admitted = value(OBJECTIVE_ADMITTED_QUERY, admitted).map_err(Unreadable::new);
     queue
-        .and_then(|queue| Ok((queue, tpot?, load?, admitted?)))
-        .map(|(queue, tpot, load, admitted)| Latency {
+        .and_then(|queue| Ok((queue, tpot?, load?)))
+        .map(|(queue, tpot, load)| Latency {
             queue,
             tpot,
             load,

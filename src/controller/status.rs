@@ -363,8 +363,24 @@ pub fn lesson(lesson: &Lesson) -> String {
 }
 
 /// Whether the objective held over the last minute, and when it did not, what stands in the way:
-/// the capacity learned (the fleet grows to it), maxReplicas, or pods that have not started.
+/// the capacity learned (the fleet grows to it), maxReplicas, or pods that have not started. An
+/// admission rate that could not be read is said after it: the trend's hold then follows the
+/// requests in flight alone.
 pub(super) fn objective_met(
+    learnt: &Learnt,
+    decision: &Decision,
+    target: &TargetState,
+) -> (bool, &'static str, String) {
+    let (met, reason, mut message) = judged(learnt, decision, target);
+    if let Some(why) = &learnt.admissions_unread {
+        message.push_str(&format!(
+            "; the requests admitted a second could not be read ({why}), so a rising count of requests in flight alone holds scale-downs"
+        ));
+    }
+    (met, reason, message)
+}
+
+fn judged(
     learnt: &Learnt,
     decision: &Decision,
     target: &TargetState,

@@ -10,6 +10,7 @@
 //! every scale-down: a gap in the evidence is never read as a met objective.
 
 use k8s_openapi::jiff::Timestamp;
+use thiserror::Error;
 
 use super::behavior::{PolicyKind, RatePolicy};
 use super::capacity::{
@@ -94,9 +95,16 @@ pub struct Latency {
     pub load: f64,
     /// Requests the pods admitted a second over the window: `sum(rate(
     /// vllm:time_to_first_token_seconds_count[window]))`, observed as each request's first token
-    /// is served, so a step down does not move it as it moves the requests in flight.
-    pub admitted: f64,
+    /// is served, so a step down does not move it as it moves the requests in flight. Only the
+    /// trend's hold reads it: unread, the rest of the window still counts, and the hold follows
+    /// the requests in flight alone, as without an objective.
+    pub admitted: Result<f64, Unreadable>,
 }
+
+/// An admission rate that is none (not a number, infinite or negative), as a query can return.
+#[derive(Debug, Clone, Copy, PartialEq, Error)]
+#[error("the requests admitted a second read {0}, not a rate")]
+pub struct NotARate(pub f64);
 
 /// This sync's reading of the objective's signals.
 #[derive(Debug, Clone, PartialEq)]
@@ -124,6 +132,9 @@ pub struct Learnt {
     pub rising: Option<Rising>,
     /// Requests the pods admitted a second over the window, when read.
     pub admitted: Option<f64>,
+    /// Why the admission rate could not be read while the rest of the window was: the trend's
+    /// hold then follows the requests in flight alone.
+    pub admissions_unread: Option<Unreadable>,
 }
 
 /// The share of `capacity` not in use at `current` requests in flight per pod.
@@ -203,6 +214,7 @@ pub fn learn_objective(
                 unread: Some(why.clone()),
                 rising: None,
                 admitted: None,
+                admissions_unread: None,
             };
         }
     };
@@ -212,6 +224,13 @@ pub fn learn_objective(
         Err(HistogramError::Empty) => (None, None),
         Err(broken) => (None, Some(Unreadable::new(broken))),
     };
+    let admitted = latency.admitted.clone().and_then(|rate| {
+        if rate.is_finite() && rate >= 0.0 {
+            Ok(rate)
+        } else {
+            Err(Unreadable::new(NotARate(rate)))
+        }
+    });
     let settled = settled(target, reading.newest_ready, now);
     let evidence = late.map(|late| super::capacity::Evidence {
         load: latency.load,
@@ -256,7 +275,8 @@ pub fn learn_objective(
         late,
         unread,
         rising: rising(current, latency.load),
-        admitted: Some(latency.admitted).filter(|a| a.is_finite() && *a >= 0.0),
+        admitted: admitted.as_ref().ok().copied(),
+        admissions_unread: admitted.err(),
     }
 }
 
@@ -416,7 +436,7 @@ mod tests {
                 queue: histogram(n, late),
                 tpot: histogram(n, 0.0),
                 load,
-                admitted: 1.0,
+                admitted: Ok(1.0),
             }),
             newest_ready: Some(t(0)),
         }
@@ -449,19 +469,50 @@ mod tests {
                 &rules(),
             )
         };
-        let read = learnt(Ok(Latency {
-            queue: histogram(100.0, 0.0),
-            tpot: histogram(100.0, 0.0),
-            load: 2.0,
-            admitted: 12.5,
-        }));
+        let window = |admitted| {
+            Ok(Latency {
+                queue: histogram(100.0, 0.0),
+                tpot: histogram(100.0, 0.0),
+                load: 2.0,
+                admitted,
+            })
+        };
+        let read = learnt(window(Ok(12.5)));
         assert_eq!(read.admitted, Some(12.5));
+        assert_eq!(read.admissions_unread, None);
         let before = Capacity::prior(4.0);
         let applied = apply(&input().replicas(4, 4).build(), &read, &before);
         assert_eq!(applied.admitted, Some(12.5));
         let unread = learnt(Err(unreadable("no series")));
         assert_eq!(unread.admitted, None);
         assert_eq!(apply(&applied, &unread, &before).admitted, None);
+
+        // The admission rate alone unread: the window still teaches and nothing waits for it,
+        // and the reason is kept for the condition.
+        let alone = learnt(window(Err(unreadable("no series for the first tokens"))));
+        assert_eq!(alone.admitted, None);
+        assert_eq!(
+            alone.admissions_unread.as_ref().map(ToString::to_string),
+            Some("no series for the first tokens".to_string())
+        );
+        assert_eq!((alone.unread.clone(), alone.late), (None, read.late));
+        assert_eq!(alone.capacity, read.capacity);
+        let applied_alone = apply(&input().replicas(4, 4).build(), &alone, &before);
+        assert_eq!(
+            (applied_alone.admitted, applied_alone.down_waits),
+            (None, None)
+        );
+        // A value that is no rate is not one.
+        for bad in [f64::NAN, f64::INFINITY, -1.0] {
+            let learnt = learnt(window(Ok(bad)));
+            assert_eq!(learnt.admitted, None, "{bad}");
+            assert_eq!(
+                learnt.admissions_unread.map(|why| why.to_string()),
+                Some(format!(
+                    "the requests admitted a second read {bad}, not a rate"
+                ))
+            );
+        }
     }
 
     #[test]
@@ -470,7 +521,7 @@ mod tests {
             queue: histogram(100.0, 3.0),
             tpot: histogram(100.0, 5.0),
             load: 2.0,
-            admitted: 1.0,
+            admitted: Ok(1.0),
         };
         let share = late_share(&latency, &rules()).unwrap();
         assert_eq!(share.at_least, 0.05);
@@ -757,6 +808,7 @@ mod tests {
             headroom: None,
             rising: None,
             admitted: None,
+            admissions_unread: None,
         }
     }
 
@@ -935,7 +987,7 @@ mod tests {
                             queue: histogram(requests, (requests * late_share).floor()),
                             tpot: histogram(requests, 0.0),
                             load,
-                            admitted: 1.0,
+                            admitted: Ok(1.0),
                         })
                     },
                     newest_ready: None,
@@ -984,7 +1036,7 @@ mod tests {
                         queue: histogram(1000.0, 0.0),
                         tpot: histogram(1000.0, 0.0),
                         load: value * 0.5,
-                        admitted: 1.0,
+                        admitted: Ok(1.0),
                     }),
                     newest_ready: Some(t(0)),
                 };
