@@ -224,6 +224,13 @@ impl Operator {
         &self.spec
     }
 
+    /// With the spec's `startupSeconds`: the look-ahead's horizon, learned from the pods without.
+    #[allow(dead_code)]
+    pub fn starting_in(mut self, seconds: i32) -> Self {
+        self.spec.startup_seconds = Some(seconds);
+        self
+    }
+
     /// Paused as the annotations would pause the scaler.
     #[allow(dead_code)]
     pub fn paused(mut self, pause: Pause) -> Self {

@@ -132,6 +132,24 @@ impl FakeApi {
             .collect()
     }
 
+    /// The events created with `reason` and the repeats of them folded into their series.
+    fn events_with_repeats(&self, reason: &str) -> usize {
+        let writes = self.writes();
+        let names: Vec<&str> = writes
+            .iter()
+            .filter(|s| s.method == Method::POST && s.path.ends_with("/events"))
+            .filter(|s| s.body["reason"] == reason)
+            .filter_map(|s| s.body["metadata"]["name"].as_str())
+            .collect();
+        let repeats = writes.iter().filter(|s| {
+            s.method == Method::PATCH
+                && names
+                    .iter()
+                    .any(|name| s.path.ends_with(&format!("/events/{name}")))
+        });
+        names.len() + repeats.count()
+    }
+
     /// Patches of an event's series (a repeat the event writer folded).
     fn event_repeats(&self) -> usize {
         self.series_counts().len()
@@ -1913,13 +1931,18 @@ struct CrossPath {
     learnt_by_controller: Vec<Option<f64>>,
     /// `status.objective.lesson` after each of the controller's syncs.
     lessons: Vec<String>,
+    /// The syncs at which the controller held a scale-down for a rising demand (a
+    /// `RisingDemand` event written or repeated).
+    held_for_demand: Vec<usize>,
 }
 
 /// The lab's pods export histograms and gauges for `steps`, every 15 s of one clock; the
 /// controller reads what a Prometheus would answer the composed queries with over the same
 /// window (whole syncs, the status stored between them), and the lab entrant reads the pods.
 /// Both must decide the same replica counts and learn the same capacity, sync by sync.
-async fn objective_cross_path(steps: &[PodStep]) -> CrossPath {
+/// `startup` is the spec's `startupSeconds` on both (unset, both learn 0 from pods Ready an hour
+/// before their first sync).
+async fn objective_cross_path(steps: &[PodStep], startup: Option<i32>) -> CrossPath {
     use llmscaleoperator_sim::lab::exported::Exported as PodExported;
     use llmscaleoperator_sim::lab::metrics::{PodSample, Scrapes};
     use llmscaleoperator_sim::lab::policy::{Bounds, PodState, Policy, View};
@@ -1928,6 +1951,9 @@ async fn objective_cross_path(steps: &[PodStep]) -> CrossPath {
     let bounds = Bounds { min: 1, max: 10 };
     let mut entrant =
         lab_operator::Operator::objective(bounds, 4.0, lab_operator::Objective::default());
+    if let Some(seconds) = startup {
+        entrant = entrant.starting_in(seconds);
+    }
     let window = Arc::new(Mutex::new(Window::default()));
     let server = prometheus_window(window.clone()).await;
     let mut spec = serde_json::to_value(entrant.spec()).expect("the spec serializes");
@@ -1962,6 +1988,11 @@ async fn objective_cross_path(steps: &[PodStep]) -> CrossPath {
     let (mut by_controller, mut by_entrant) = (Vec::new(), Vec::new());
     let (mut learnt_by_controller, mut learnt_by_entrant) = (Vec::new(), Vec::new());
     let mut lessons = Vec::new();
+    let mut held_for_demand = Vec::new();
+    let rising_demand = |h: &Harness| {
+        h.api
+            .events_with_repeats(crate::controller::events::RISING_DEMAND)
+    };
     for (i, step) in steps.iter().enumerate() {
         let t = 15.0 * (i as f64 + 1.0);
         *now.lock().unwrap_or_else(PoisonError::into_inner) = t;
@@ -2010,9 +2041,13 @@ async fn objective_cross_path(steps: &[PodStep]) -> CrossPath {
         *window.lock().unwrap_or_else(PoisonError::into_inner) = served;
 
         let writes = h.api.scale_writes("vllm").len();
+        let held = rising_demand(&h);
         h.sync_and_store(&mut scaler).await;
         let wrote = h.api.scale_writes("vllm").get(writes).copied();
         by_controller.push(wrote.unwrap_or(i64::from(PODS)));
+        if rising_demand(&h) > held {
+            held_for_demand.push(i);
+        }
         learnt_by_controller.push(
             scaler["status"]["objective"]["requestsPerPod"]
                 .as_str()
@@ -2049,6 +2084,7 @@ async fn objective_cross_path(steps: &[PodStep]) -> CrossPath {
         by_controller,
         learnt_by_controller,
         lessons,
+        held_for_demand,
     }
 }
 
@@ -2068,7 +2104,7 @@ async fn the_controller_and_the_lab_entrant_learn_the_objective_alike() {
         by_controller,
         learnt_by_controller,
         ..
-    } = objective_cross_path(&steps).await;
+    } = objective_cross_path(&steps, None).await;
     // The run exercises every lesson: the estimate rose past the prior on the passes, fell on
     // the miss, held through the outage (no scale-down while the latency is unread), and the
     // fleet came down once the histograms were back.
@@ -2081,6 +2117,59 @@ async fn the_controller_and_the_lab_entrant_learn_the_objective_alike() {
         "{by_controller:?}"
     );
     assert!(by_controller.iter().any(|&c| c < PODS), "{by_controller:?}");
+}
+
+/// With a start-up delay the trend's hold is compared too: the controller keeps the requests
+/// admitted a second between syncs (in its memory) as the lab entrant keeps them in its own.
+/// When the requests in flight climb on flat admissions (each request runs longer), a scale-down
+/// goes ahead; when both climb, it waits.
+#[tokio::test]
+async fn the_controller_and_the_lab_entrant_hold_for_a_rising_demand_alike() {
+    // `n` steps from `running.0` to `running.1` requests per pod, finishing from `finished.0` to
+    // `finished.1` requests each 15 s, all in time.
+    let ramp = |n: u32, running: (f64, f64), finished: (f64, f64)| -> Vec<PodStep> {
+        (0..n)
+            .map(|i| {
+                let at = f64::from(i) / f64::from(n - 1);
+                let finished = finished.0 + at * (finished.1 - finished.0);
+                Some((
+                    running.0 + at * (running.1 - running.0),
+                    finished.round() as u64,
+                    0,
+                    0,
+                ))
+            })
+            .collect()
+    };
+    // Four pods at 1 to 2 requests each against the prior of 4 ask for fewer pods throughout;
+    // the scale-down window (300 s) passes in the first phase.
+    let (flat, rising) = (24..40, 56..72);
+    let steps: Vec<PodStep> = [
+        ramp(24, (1.0, 1.0), (10.0, 10.0)),
+        ramp(16, (1.0, 2.0), (10.0, 10.0)),
+        ramp(16, (1.0, 1.0), (10.0, 10.0)),
+        ramp(16, (1.0, 2.0), (10.0, 20.0)),
+    ]
+    .concat();
+    let CrossPath {
+        by_controller,
+        held_for_demand,
+        ..
+    } = objective_cross_path(&steps, Some(120)).await;
+    let shown = format!("{by_controller:?}, held at {held_for_demand:?}");
+    // On flat admissions the in-flight trend (it rises for 240 s) holds nothing: the fleet still
+    // steps down at its end.
+    assert!(
+        by_controller[flat.end - 8..flat.end].contains(&3),
+        "{shown}"
+    );
+    // Both rising: the scale-down waits once the admissions' trend shows, and till the end.
+    let first = held_for_demand.first().copied().unwrap_or(usize::MAX);
+    assert!(rising.contains(&first), "{shown}");
+    assert!(
+        by_controller[first..rising.end].iter().all(|&c| c == 4),
+        "{shown}"
+    );
 }
 
 /// The load curve is carried between syncs alike: the controller keeps it in its memory, the
@@ -2100,7 +2189,7 @@ async fn the_controller_and_the_lab_entrant_cap_the_objective_by_its_load_curve_
         learnt_by_controller,
         lessons,
         ..
-    } = objective_cross_path(&steps).await;
+    } = objective_cross_path(&steps, None).await;
     let capped: Vec<usize> = lessons
         .iter()
         .enumerate()
