@@ -226,15 +226,20 @@ pub fn decide(input: &Input) -> Decision {
         } else {
             current
         };
-        // A step down stays within maxStepReplicas, as any other.
+        // A step down stays within maxStepReplicas, as any other, and a rollout defers it as it
+        // defers a measured one.
         let step = cap_scale_down(current, bound, behavior.max_step);
         if bound != current {
             reasons.push(Reason::Limited(LimitReason::ToBounds { current, bound }));
+            if let Some(why) = &target.rollout {
+                reasons.push(Reason::Deferred(DeferReason::Rollout(why.clone())));
+            }
         }
+        let write = (step != current && target.rollout.is_none()).then_some(step);
         return Decision {
             recommendation: None,
             desired: bound,
-            write: (step != current).then_some(step),
+            write,
             reasons,
             metrics: measured.metrics,
             memory: memory.clone(),
@@ -1358,6 +1363,22 @@ mod tests {
         let mut i = input(lost(), settled(0), 1, 40);
         i.bounds = Bounds { min: 4, max: 10 };
         assert_eq!(decide(&i).write, None);
+        // Mid-rollout it waits, as a measured sync does, and says so.
+        let rolling = TargetState {
+            rollout: Some(Rollout::OldPodsRunning { old: 2 }),
+            ..settled(8)
+        };
+        let mut i = input(lost(), rolling, 1, 40);
+        i.bounds = Bounds { min: 1, max: 6 };
+        let d = decide(&i);
+        assert_eq!((d.desired, d.write), (6, None));
+        assert!(
+            d.reasons
+                .iter()
+                .any(|r| matches!(r, Reason::Deferred(DeferReason::Rollout(_)))),
+            "{:?}",
+            d.reasons
+        );
     }
 
     #[test]
@@ -1705,7 +1726,9 @@ mod properties {
             let d = decide(&i);
             let current = i.target.spec_replicas;
             let (low, high) = (i.bounds.min.min(i.bounds.max), i.bounds.max);
-            if current > high {
+            if i.target.rollout.is_some() {
+                prop_assert_eq!(d.write, None);
+            } else if current > high {
                 // Only towards maxReplicas, never past it.
                 let w = d.write.unwrap_or(current);
                 prop_assert!(w < current && w >= high, "{current} -> {w}, max {high}");
