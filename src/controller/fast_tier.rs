@@ -2163,7 +2163,8 @@ async fn the_controller_and_the_lab_entrant_hold_for_a_rising_demand_alike() {
         by_controller[flat.end - 8..flat.end].contains(&3),
         "{shown}"
     );
-    // Both rising: the scale-down waits once the admissions' trend shows, and till the end.
+    // Both rising: the scale-down waits once the admissions' trend shows, and till the end (the
+    // count the hold kept then holds in the scale-down window).
     let first = held_for_demand.first().copied().unwrap_or(usize::MAX);
     assert!(rising.contains(&first), "{shown}");
     assert!(
