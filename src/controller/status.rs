@@ -372,7 +372,7 @@ pub(super) fn objective_met(
     target: &TargetState,
 ) -> (bool, &'static str, String) {
     let (met, reason, mut message) = judged(learnt, decision, target);
-    if let Some(why) = &learnt.admissions_unread {
+    if let Some(Err(why)) = &learnt.admitted {
         message.push_str(&format!(
             "; the requests admitted a second could not be read ({why}), so a rising count of requests in flight alone holds scale-downs"
         ));
@@ -380,6 +380,7 @@ pub(super) fn objective_met(
     (met, reason, message)
 }
 
+/// The condition alone, from the latency window's judgement.
 fn judged(
     learnt: &Learnt,
     decision: &Decision,

@@ -130,11 +130,10 @@ pub struct Learnt {
     pub headroom: Option<f64>,
     /// The pods carry more requests now than over the window: scale-downs wait.
     pub rising: Option<Rising>,
-    /// Requests the pods admitted a second over the window, when read.
-    pub admitted: Option<f64>,
-    /// Why the admission rate could not be read while the rest of the window was: the trend's
-    /// hold then follows the requests in flight alone.
-    pub admissions_unread: Option<Unreadable>,
+    /// Requests the pods admitted a second over the window, or why that rate could not be read
+    /// while the rest of the window was (the trend's hold then follows the requests in flight
+    /// alone); `None` when the window itself was unread.
+    pub admitted: Option<Result<f64, Unreadable>>,
 }
 
 /// The share of `capacity` not in use at `current` requests in flight per pod.
@@ -214,7 +213,6 @@ pub fn learn_objective(
                 unread: Some(why.clone()),
                 rising: None,
                 admitted: None,
-                admissions_unread: None,
             };
         }
     };
@@ -275,8 +273,7 @@ pub fn learn_objective(
         late,
         unread,
         rising: rising(current, latency.load),
-        admitted: admitted.as_ref().ok().copied(),
-        admissions_unread: admitted.err(),
+        admitted: Some(admitted),
     }
 }
 
@@ -357,7 +354,7 @@ pub fn apply(input: &Input, learnt: &Learnt, before: &Capacity) -> Input {
         (None, Some(rising)) => Some(DeferReason::LoadRising(rising)),
         (None, None) => None,
     };
-    input.admitted = learnt.admitted;
+    input.admitted = learnt.admitted.clone().and_then(Result::ok);
     input.behavior.down_pace = Some(DOWN_PACE);
     input
 }
@@ -478,8 +475,7 @@ mod tests {
             })
         };
         let read = learnt(window(Ok(12.5)));
-        assert_eq!(read.admitted, Some(12.5));
-        assert_eq!(read.admissions_unread, None);
+        assert_eq!(read.admitted, Some(Ok(12.5)));
         let before = Capacity::prior(4.0);
         let applied = apply(&input().replicas(4, 4).build(), &read, &before);
         assert_eq!(applied.admitted, Some(12.5));
@@ -490,10 +486,12 @@ mod tests {
         // The admission rate alone unread: the window still teaches and nothing waits for it,
         // and the reason is kept for the condition.
         let alone = learnt(window(Err(unreadable("no series for the first tokens"))));
-        assert_eq!(alone.admitted, None);
         assert_eq!(
-            alone.admissions_unread.as_ref().map(ToString::to_string),
-            Some("no series for the first tokens".to_string())
+            alone
+                .admitted
+                .clone()
+                .map(|a| a.map_err(|why| why.to_string())),
+            Some(Err("no series for the first tokens".to_string()))
         );
         assert_eq!((alone.unread.clone(), alone.late), (None, read.late));
         assert_eq!(alone.capacity, read.capacity);
@@ -505,12 +503,12 @@ mod tests {
         // A value that is no rate is not one.
         for bad in [f64::NAN, f64::INFINITY, -1.0] {
             let learnt = learnt(window(Ok(bad)));
-            assert_eq!(learnt.admitted, None, "{bad}");
             assert_eq!(
-                learnt.admissions_unread.map(|why| why.to_string()),
-                Some(format!(
+                learnt.admitted.map(|a| a.map_err(|why| why.to_string())),
+                Some(Err(format!(
                     "the requests admitted a second read {bad}, not a rate"
-                ))
+                ))),
+                "{bad}"
             );
         }
     }
@@ -808,7 +806,6 @@ mod tests {
             headroom: None,
             rising: None,
             admitted: None,
-            admissions_unread: None,
         }
     }
 
