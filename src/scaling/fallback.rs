@@ -45,7 +45,7 @@ pub fn health(decision: &Decision, target: &TargetState, activation: Option<bool
 /// `decision` under the fallback, given the syncs without a signal before this one; returns the
 /// decision and the count to remember. While the fallback applies the fleet is raised to
 /// `replicas` (never above maxReplicas) at once, and that count enters the scale-down window so
-/// the first good reading does not drop it in the same instant.
+/// the first good reading does not drop it in the same instant. Mid-rollout it waits.
 pub fn with_fallback(
     decision: Decision,
     rules: &FallbackRules,
@@ -58,7 +58,10 @@ pub fn with_fallback(
         SignalHealth::Usable | SignalHealth::NotExpected => return (decision, 0),
         SignalHealth::Lost => before.saturating_add(1),
     };
-    if syncs < rules.failure_threshold.max(1) {
+    // A rollout defers the fallback's raise as it defers every other move (the decision already
+    // says so): the count goes on, and the floor applies at the first sync after the rollout if
+    // the signal is still lost. A rollout is also when per-pod series come and go.
+    if syncs < rules.failure_threshold.max(1) || input.target.rollout.is_some() {
         return (decision, syncs);
     }
     let floor = rules.replicas.min(input.bounds.max).max(0);
@@ -87,6 +90,7 @@ pub fn with_fallback(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scaling::types::Rollout;
     use crate::scaling::{decide, fixture};
 
     const RULES: FallbackRules = FallbackRules {
@@ -149,6 +153,24 @@ mod tests {
         };
         let (d, _) = run(None, 2, 0, &big);
         assert_eq!(d.write, Some(6), "maxReplicas still rules");
+    }
+
+    #[test]
+    fn a_rollout_defers_the_raise_and_the_count_goes_on() {
+        let mut i = input(None, 2);
+        i.target.rollout = Some(Rollout::OldPodsRunning { old: 1 });
+        let d = decide(&i);
+        let h = health(&d, &i.target, None);
+        let (d, n) = with_fallback(d, &RULES, h, 5, &i);
+        assert_eq!((d.write, d.desired, n), (None, 2, 6), "{:?}", d.reasons);
+        assert_eq!(
+            d.reasons,
+            vec![Reason::Held(HoldReason::NoUsableMetric)],
+            "held for want of a signal, not raised by the fallback (RolloutInProgress says why)"
+        );
+        // The rollout over, the signal still lost: the floor at once.
+        let (d, n) = run(None, 2, n, &RULES);
+        assert_eq!((d.write, n), (Some(4), 7));
     }
 
     #[test]
