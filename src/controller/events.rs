@@ -7,7 +7,7 @@ use super::memory::Memories;
 use crate::api::{LLMScaler, MetricProvider};
 use crate::names::DECISION_METRIC;
 use crate::scaling::{
-    Decision, DeferReason, Direction, HoldReason, LimitReason, Pause, PlanReason, Reason,
+    Decision, DeferReason, Direction, HoldReason, Lesson, LimitReason, Pause, PlanReason, Reason,
     TargetState, ZeroReason,
 };
 
@@ -56,6 +56,9 @@ pub const LATENCY_UNREAD: &str = "LatencyUnread";
 /// An objective is missed for want of pods: at maxReplicas, or pods that do not start.
 pub const OBJECTIVE_MISSED: &str = "ObjectiveMissed";
 pub const SCALING_HELD: &str = "ScalingHeld";
+/// The starting estimate was lifted, by as much as one lift goes, far below what the pods carry
+/// in time: the fleet runs larger than it needs while the rest is learned.
+pub const STARTING_ESTIMATE_LOW: &str = "StartingEstimateLow";
 
 /// The reason of the warning that says another autoscaler drives the target.
 pub const CONFLICTING_AUTOSCALER: &str = "ConflictingAutoscaler";
@@ -427,6 +430,34 @@ pub fn objective_missed(reason: &str, target: &TargetState, max: i32) -> Option<
     Some(Note::warning(OBJECTIVE_MISSED, message))
 }
 
+/// The pods must carry this many times the lifted estimate in time for the start to be worth a
+/// word: the fleet then runs at least twice the pods it needs until the estimate has climbed.
+const FAR_ABOVE_THE_START: f64 = 2.0;
+
+/// The note for a starting estimate lifted short of the load the pods met the objective at
+/// (by [`FAR_ABOVE_THE_START`] or more): told once, with the lift, so that a fleet that grows
+/// while its objective holds says why and which field sets the start. The lift goes only part of
+/// the way by design (the rest of the climb is the margin a low start keeps for rises), so it is
+/// news, not a warning.
+pub fn starting_estimate_low(lesson: &Lesson) -> Option<Note> {
+    let Lesson::PriorLifted { from, to, load } = lesson else {
+        return None;
+    };
+    if load.is_nan() || *load < FAR_ABOVE_THE_START * to {
+        return None;
+    }
+    Some(Note::normal(
+        STARTING_ESTIMATE_LOW,
+        format!(
+            "the pods met the objective at {load:.2} requests in flight each, {:.1}× the starting \
+             estimate of {from:.2}: it is lifted only to {to:.2} and learned up from there, so the \
+             fleet runs larger than it needs meanwhile; objective.initialRequestsPerPod sets the \
+             start (one near what the pods carry keeps no margin for a sudden rise)",
+            load / from
+        ),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -612,6 +643,43 @@ mod tests {
         assert_eq!(action(&a), action(&a.clone()));
         assert_ne!(action(&a), action(&b));
         assert!(action(&a).len() <= 128);
+    }
+
+    #[test]
+    fn a_start_far_below_what_the_pods_carry_is_told_and_a_near_one_is_not() {
+        let far = Lesson::PriorLifted {
+            from: 4.0,
+            to: 6.0,
+            load: 31.37,
+        };
+        let note = starting_estimate_low(&far).expect("told");
+        assert!(!note.warning);
+        assert_eq!(note.reason, STARTING_ESTIMATE_LOW);
+        assert!(
+            note.message
+                .contains("31.37 requests in flight each, 7.8× the starting estimate of 4.00")
+                && note.message.contains("lifted only to 6.00")
+                && note.message.contains("objective.initialRequestsPerPod"),
+            "{}",
+            note.message
+        );
+        // Lifted to 6 at 7 per pod: the fleet is about right, nothing to say.
+        let near = Lesson::PriorLifted {
+            from: 4.0,
+            to: 6.0,
+            load: 7.0,
+        };
+        assert_eq!(starting_estimate_low(&near), None);
+        let raised = Lesson::Raised {
+            from: 4.0,
+            to: 4.2,
+            load: 40.0,
+        };
+        assert_eq!(
+            starting_estimate_low(&raised),
+            None,
+            "only the lift tells it"
+        );
     }
 
     #[test]

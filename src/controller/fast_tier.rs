@@ -1800,10 +1800,61 @@ async fn a_met_minute_lifts_the_untested_prior_once_and_the_status_says_so() {
         "{lesson}"
     );
 
+    // 7 per pod against the 6 lifted to: the fleet is about right, nothing more to say.
+    assert_eq!(
+        h.api.events_with_repeats("StartingEstimateLow"),
+        0,
+        "{:?}",
+        h.api.events()
+    );
+
     // Once: the next such minute gets the bounded rise of a settled pass (×1.05), not a lift.
     h.sync_and_store(&mut scaler).await;
     let status = scaler["status"].clone();
     assert_eq!(status["objective"]["requestsPerPod"], "6.3", "{status:#}");
+}
+
+/// Pods that meet the objective far above the starting estimate (a larger card than the default
+/// is sized for) grow the fleet while the estimate climbs: an event says so once, with the load
+/// they carried and the field that sets the start.
+#[tokio::test]
+async fn a_start_far_below_what_the_pods_carry_is_told_once() {
+    let window = Window::from(&Exported {
+        in_flight: 30.0,
+        load: 30.0,
+        requests: 400.0,
+        late: 0.0,
+        histograms: true,
+    });
+    let exported = Arc::new(Mutex::new(window));
+    let (h, mut scaler) = objective_fleet(&exported, 2, "4").await;
+    h.sync_and_store(&mut scaler).await;
+    let status = scaler["status"].clone();
+    assert_eq!(status["objective"]["requestsPerPod"], "6", "{status:#}");
+    // 2 Ready × 30 in flight / 6 = 10: the fleet grows while its objective holds.
+    assert_eq!(h.api.scale_writes("vllm"), vec![10], "{status:#}");
+    let told: Vec<String> = h
+        .api
+        .events()
+        .into_iter()
+        .filter(|(reason, _)| reason == "StartingEstimateLow")
+        .map(|(_, note)| note)
+        .collect();
+    assert_eq!(told.len(), 1, "{:?}", h.api.events());
+    assert!(
+        told[0].contains("30.00 requests in flight each, 7.5× the starting estimate of 4.00")
+            && told[0].contains("objective.initialRequestsPerPod"),
+        "{told:?}"
+    );
+    // The next syncs learn by the other rules: nothing is told again.
+    h.sync_and_store(&mut scaler).await;
+    h.sync_and_store(&mut scaler).await;
+    assert_eq!(
+        h.api.events_with_repeats("StartingEstimateLow"),
+        1,
+        "{:?}",
+        h.api.events()
+    );
 }
 
 /// With a pendingQuery, a fleet whose pods are not Ready yet (woken from zero) is sized for what

@@ -570,6 +570,7 @@ impl<'a> Writer<'a> {
                         target,
                         scaler.spec.max_replicas,
                     ));
+                    decided.extend(events::starting_estimate_low(&learnt.lesson));
                 }
                 (synced.notes.clone(), decided, Some(target))
             }
