@@ -45,6 +45,9 @@ struct Fleet {
     late: f64,
     on_time: f64,
     exported_pods: usize,
+    /// Whether the TTFT histogram's count is exported (a server without it: the admissions
+    /// cannot be read).
+    first_tokens: bool,
 }
 
 impl Fleet {
@@ -105,14 +108,16 @@ impl Fleet {
             self.exporter.set(&series, total.round());
         }
         // Every request got its first token (the demand is flat: the admissions do not rise).
-        let first_tokens = self.series("vllm:time_to_first_token_seconds_count", "");
-        self.exporter.set(&first_tokens, total.round());
+        if self.first_tokens {
+            let first_tokens = self.series("vllm:time_to_first_token_seconds_count", "");
+            self.exporter.set(&first_tokens, total.round());
+        }
     }
 }
 
 /// Runs the fleet of `env`'s Deployment `llama` at `demand` requests in flight, one tick a
-/// second, until aborted.
-fn run_fleet(env: &Env, demand: f64) -> tokio::task::JoinHandle<()> {
+/// second, until aborted; `first_tokens`: whether it exports the TTFT histogram's count.
+fn run_fleet(env: &Env, demand: f64, first_tokens: bool) -> tokio::task::JoinHandle<()> {
     let deployments: Api<Deployment> = env.deployments();
     let mut fleet = Fleet {
         exporter: env.exporter().clone(),
@@ -121,6 +126,7 @@ fn run_fleet(env: &Env, demand: f64) -> tokio::task::JoinHandle<()> {
         late: 0.0,
         on_time: 0.0,
         exported_pods: 0,
+        first_tokens,
     };
     tokio::spawn(async move {
         let mut every = tokio::time::interval(Duration::from_secs(1));
@@ -140,10 +146,20 @@ fn run_fleet(env: &Env, demand: f64) -> tokio::task::JoinHandle<()> {
 /// The Deployment `llama` at `pods` Ready pods serving `demand` requests in flight, once
 /// Prometheus has scraped that load.
 async fn serving(env: &Env, pods: i32, demand: f64) -> tokio::task::JoinHandle<()> {
+    serving_as(env, pods, demand, true).await
+}
+
+/// [`serving`], with or without the TTFT histogram's count.
+async fn serving_as(
+    env: &Env,
+    pods: i32,
+    demand: f64,
+    first_tokens: bool,
+) -> tokio::task::JoinHandle<()> {
     env.create_slow_deployment("llama", pods, Duration::from_secs(READY_AFTER))
         .await;
     env.wait_ready("llama", pods).await;
-    let model = run_fleet(env, demand);
+    let model = run_fleet(env, demand, first_tokens);
     let load = format!("avg(vllm:num_requests_running{{test=\"{}\"}})", env.ns);
     env.prometheus()
         .wait_for_value(&load, demand / f64::from(pods))
@@ -264,6 +280,43 @@ async fn under_an_objective_a_scale_down_keeps_three_quarters_of_the_pods_a_minu
             .iter()
             .any(|m| m.contains("from 12 to 9") && m.contains("paced by the objective")),
         "{downs:?}"
+    );
+    model.abort();
+    env.done().await;
+}
+
+/// A server that does not export the TTFT histogram's count (the requests admitted a second)
+/// still has its fleet learned and scaled down on the histograms it does export: real
+/// Prometheus answers the missing counter with no series, which the operator reads as a gap,
+/// not as zero, and says so in the ObjectiveMet condition instead of holding every scale-down.
+#[tokio::test]
+async fn without_the_first_token_counter_a_met_objective_still_scales_down_and_says_what_it_lacks()
+{
+    let env = Env::new("objective-no-ttft").await;
+    // 12 requests in flight over 12 pods, 3 pods at the starting estimate of 4.
+    let model = serving_as(&env, 12, 12.0, false).await;
+
+    let _operator = Operator::start(&env.client, &env.ns);
+    let no_window = json!({ "scaleDown": { "stabilizationWindowSeconds": 0 } });
+    scaled_to_objective(&env, "4", no_window).await;
+
+    let first = common::eventually("a first scale-down", Duration::from_secs(120), || async {
+        let spec = env.spec_replicas("llama").await;
+        (spec < 12).then_some(spec)
+    })
+    .await;
+    assert_eq!(first, 9, "three quarters of 12 pods");
+    let (met, reason, message) = env.condition("llama", "ObjectiveMet").await.unwrap();
+    assert_eq!(
+        (met.as_str(), reason.as_str()),
+        ("True", "Met"),
+        "{message}"
+    );
+    assert!(
+        message.contains(
+            "the requests admitted a second could not be read (objective.requestsAdmitted:"
+        ) && message.contains("requests in flight alone holds scale-downs"),
+        "{message}"
     );
     model.abort();
     env.done().await;
