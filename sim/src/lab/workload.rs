@@ -61,6 +61,9 @@ pub enum Shape {
     Diurnal,
     /// `diurnal`'s day four times over: for a policy that remembers the days before.
     DiurnalDays,
+    /// `burstgpt`'s day four times over: its daily envelope recurs, its bursts do not (a
+    /// policy that remembers the days before pays for any burst it takes for a rise).
+    BurstGptDays,
 }
 
 impl Shape {
@@ -76,7 +79,7 @@ impl Shape {
     ];
 
     /// Shapes run only when named (`--traces`).
-    pub const MORE: [Shape; 1] = [Shape::DiurnalDays];
+    pub const MORE: [Shape; 2] = [Shape::DiurnalDays, Shape::BurstGptDays];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -89,6 +92,7 @@ impl Shape {
             Shape::Steady => "steady",
             Shape::Diurnal => "diurnal",
             Shape::DiurnalDays => "diurnal-days",
+            Shape::BurstGptDays => "burstgpt-days",
         }
     }
 
@@ -101,7 +105,7 @@ impl Shape {
 
     /// Seconds of load in a run.
     pub fn duration(self) -> f64 {
-        if self == Shape::DiurnalDays {
+        if matches!(self, Shape::DiurnalDays | Shape::BurstGptDays) {
             4.0 * DAY
         } else {
             DAY
@@ -112,7 +116,7 @@ impl Shape {
     pub fn burstiness(self) -> f64 {
         match self {
             Shape::Conversation | Shape::Code => 0.5,
-            Shape::BurstGpt => 0.25,
+            Shape::BurstGpt | Shape::BurstGptDays => 0.25,
             Shape::Step
             | Shape::Threshold
             | Shape::Idle
@@ -152,7 +156,9 @@ fn rate(shape: Shape, t: f64, phases: [f64; 3]) -> f64 {
         Shape::Code => 2.6 * 0.8 * wobble(0.20, 3600.0, phases[0]) * wobble(0.10, 900.0, phases[1]),
         // A day in an hour: a night trough at 5% of the peak (BurstGPT's own daily figures show
         // 3–5%), a morning rise, an afternoon peak; and a shorter ripple.
-        Shape::BurstGpt => {
+        // (`cos` and the ripple repeat every lab day: the days of `burstgpt-days` share the
+        // envelope, and only the Gamma gaps differ.)
+        Shape::BurstGpt | Shape::BurstGptDays => {
             let day = 0.5 - 0.5 * (TAU * t / 3600.0).cos(); // 0 at the ends, 1 mid-run
             5.0 * (0.05 + 0.95 * day) * wobble(0.15, 400.0, phases[2])
         }
@@ -307,7 +313,7 @@ fn prefix_reuse(shape: Shape) -> (f64, u32, f64) {
         | Shape::DiurnalDays => (0.6, 400, 0.7),
         // A repository's context, shared by the requests of one session.
         Shape::Code => (0.7, 150, 0.8),
-        Shape::BurstGpt => (0.4, 800, 0.5),
+        Shape::BurstGpt | Shape::BurstGptDays => (0.4, 800, 0.5),
     }
 }
 
