@@ -354,7 +354,10 @@ pub fn apply(input: &Input, learnt: &Learnt, before: &Capacity) -> Input {
         (None, Some(rising)) => Some(DeferReason::LoadRising(rising)),
         (None, None) => None,
     };
-    input.admitted = learnt.admitted.clone().and_then(Result::ok);
+    input.admitted = learnt
+        .admitted
+        .as_ref()
+        .and_then(|a| a.as_ref().ok().copied());
     input.behavior.down_pace = Some(DOWN_PACE);
     input
 }

@@ -465,6 +465,48 @@ mod tests {
     }
 
     #[test]
+    fn burstgpt_days_repeats_the_day_but_not_its_bursts() {
+        let requests = generate(Shape::BurstGptDays, 1);
+        let day = |d: usize| -> Vec<f64> {
+            requests
+                .iter()
+                .map(|r| r.at - d as f64 * DAY)
+                .filter(|at| (0.0..DAY).contains(at))
+                .collect()
+        };
+        let days: Vec<Vec<f64>> = (0..4).map(day).collect();
+        let counts: Vec<usize> = days.iter().map(Vec::len).collect();
+        let (least, most) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
+        assert!(
+            *least > 1000 && (*most as f64) < 1.15 * *least as f64,
+            "{counts:?}"
+        );
+        for (d, arrivals) in days.iter().enumerate() {
+            // Each day has its night at the ends and its peak mid-day.
+            let night = arrivals
+                .iter()
+                .filter(|t| **t < 300.0 || **t >= 3300.0)
+                .count();
+            let noon = arrivals
+                .iter()
+                .filter(|t| (1500.0..2100.0).contains(*t))
+                .count();
+            assert!(
+                5 * night < noon,
+                "day {d}: {night} at night, {noon} mid-day"
+            );
+        }
+        // The envelope recurs, the arrivals on it do not.
+        assert_ne!(days[0], days[1]);
+        // And one day of it is burstgpt's day.
+        let one = generate(Shape::BurstGpt, 1).len() as f64;
+        assert!(
+            (counts[0] as f64 - one).abs() < 0.15 * one,
+            "{counts:?} against {one}"
+        );
+    }
+
+    #[test]
     fn the_conversation_trace_keeps_its_published_statistics() {
         let requests = generate(Shape::Conversation, 1);
         let per_second = requests.len() as f64 / Shape::Conversation.duration();
