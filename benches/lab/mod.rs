@@ -29,7 +29,7 @@ use llmscaleoperator_sim::lab::report::{
 };
 use llmscaleoperator_sim::lab::run::{FleetSetup, Outcome, run};
 use llmscaleoperator_sim::lab::traces::Trace;
-use llmscaleoperator_sim::lab::workload::{DAY, Request, Shape};
+use llmscaleoperator_sim::lab::workload::{Request, Shape};
 use llmscaleoperator_sim::lab::{results_csv, verdict};
 pub use operator::{Objective, Operator, TARGET};
 use serde_json::json;
@@ -145,15 +145,6 @@ fn roster(
             Oracle::new(requests, duration, capacity, startup * 1.2, bounds),
         ),
     ];
-    // Where a run spans more than one of the lab's days, the defaults with a recurrence of that
-    // day, as a user whose traffic repeats daily would set it.
-    if duration > DAY {
-        all.push(entrant(
-            "operator",
-            false,
-            Operator::objective(bounds, DEFAULT_PRIOR, objective).remembering(DAY as i32),
-        ));
-    }
     // The objective from a prior four times too high (a user's guess of 16 in flight), and from
     // the starting estimates `--priors` asks for: what the prior costs, against the defaults.
     let mut starts = vec![GUESSED_PRIOR];
@@ -764,6 +755,16 @@ fn run_unit(
         lab.objective,
         &lab.priors,
     );
+    // Where a run spans more than one of its days, the defaults with a recurrence of that day,
+    // as a user whose traffic repeats daily would set it.
+    let day = shape.day();
+    if duration > day {
+        entrants.push(entrant(
+            "operator",
+            false,
+            Operator::objective(bounds, DEFAULT_PRIOR, lab.objective).remembering(day as i32),
+        ));
+    }
     if let Some(families) = &lab.families {
         entrants.retain(|e| families.iter().any(|f| f == e.family || *f == e.label()));
     }

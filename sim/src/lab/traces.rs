@@ -61,6 +61,14 @@ impl Trace {
         }
     }
 
+    /// Seconds in one of the trace's days (a log is one day of its own length).
+    pub fn day(&self) -> f64 {
+        match self {
+            Trace::Synthetic(shape) => shape.day(),
+            Trace::Log(log) => log.span,
+        }
+    }
+
     /// When a step trace jumps, for the recovery time.
     pub fn step_at(&self) -> Option<f64> {
         match self {
@@ -116,13 +124,16 @@ impl Trace {
     fn rank(&self) -> (u8, usize, &str) {
         match self {
             Trace::Log(log) => (0, 0, &log.name),
+            // Every shape its own rank, those run only when named included (the same rank
+            // would make two of them one cell).
             Trace::Synthetic(shape) => (
                 1,
                 Shape::ALL
                     .iter()
+                    .chain(&Shape::MORE)
                     .position(|s| s == shape)
                     .unwrap_or(usize::MAX),
-                "",
+                shape.name(),
             ),
         }
     }
@@ -200,5 +211,25 @@ mod tests {
         traces.sort();
         let names: Vec<&str> = traces.iter().map(Trace::name).collect();
         assert_eq!(names, ["a", "b", "conversation", "step"]);
+        // The shapes run only when named are cells of their own too, after the others.
+        let mut more: Vec<Trace> = Shape::MORE
+            .iter()
+            .rev()
+            .chain([&Shape::Diurnal])
+            .map(|s| Trace::Synthetic(*s))
+            .collect();
+        more.sort();
+        more.dedup();
+        let names: Vec<&str> = more.iter().map(Trace::name).collect();
+        assert_eq!(
+            names,
+            [
+                "diurnal",
+                "diurnal-days",
+                "burstgpt-days",
+                "diurnal-24h",
+                "burstgpt-24h"
+            ]
+        );
     }
 }

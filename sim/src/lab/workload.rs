@@ -19,7 +19,10 @@
 //! - `step`: a steady load that jumps 5× for 20 minutes;
 //! - `threshold`: a load hovering at a scaling threshold;
 //! - `idle`: long silences between short sessions, for scale-to-zero;
-//! - `steady` and `diurnal`: the live simulator's built-in traces, with Poisson noise.
+//! - `steady` and `diurnal`: the live simulator's built-in traces, with Poisson noise;
+//! - `diurnal-days`, `burstgpt-days`: four of the lab's days of an hour, for a policy that
+//!   remembers the days before; `diurnal-24h`, `burstgpt-24h`: two days of 24 hours, whose ramps
+//!   are as slow as a real day's (the lab's day of an hour makes them 24 times as steep).
 //!
 //! Rates are multiplied so that fleets span roughly 5–40 pods of the lab's pod profile.
 
@@ -64,6 +67,11 @@ pub enum Shape {
     /// `burstgpt`'s day four times over: its daily envelope recurs, its bursts do not (a
     /// policy that remembers the days before pays for any burst it takes for a rise).
     BurstGptDays,
+    /// `diurnal`'s day at its real length, twice: a morning ramp of six hours, not fifteen
+    /// minutes.
+    Diurnal24h,
+    /// `burstgpt`'s day at its real length, twice (its ripple and its gaps as they are).
+    BurstGpt24h,
 }
 
 impl Shape {
@@ -79,7 +87,12 @@ impl Shape {
     ];
 
     /// Shapes run only when named (`--traces`).
-    pub const MORE: [Shape; 2] = [Shape::DiurnalDays, Shape::BurstGptDays];
+    pub const MORE: [Shape; 4] = [
+        Shape::DiurnalDays,
+        Shape::BurstGptDays,
+        Shape::Diurnal24h,
+        Shape::BurstGpt24h,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -93,6 +106,8 @@ impl Shape {
             Shape::Diurnal => "diurnal",
             Shape::DiurnalDays => "diurnal-days",
             Shape::BurstGptDays => "burstgpt-days",
+            Shape::Diurnal24h => "diurnal-24h",
+            Shape::BurstGpt24h => "burstgpt-24h",
         }
     }
 
@@ -105,10 +120,18 @@ impl Shape {
 
     /// Seconds of load in a run.
     pub fn duration(self) -> f64 {
-        if matches!(self, Shape::DiurnalDays | Shape::BurstGptDays) {
-            4.0 * DAY
-        } else {
-            DAY
+        match self {
+            Shape::DiurnalDays | Shape::BurstGptDays => 4.0 * DAY,
+            Shape::Diurnal24h | Shape::BurstGpt24h => 2.0 * REAL_DAY,
+            _ => DAY,
+        }
+    }
+
+    /// Seconds in one of the shape's days: the lab's hour, or a real day's 24 hours.
+    pub fn day(self) -> f64 {
+        match self {
+            Shape::Diurnal24h | Shape::BurstGpt24h => REAL_DAY,
+            _ => DAY,
         }
     }
 
@@ -116,13 +139,14 @@ impl Shape {
     pub fn burstiness(self) -> f64 {
         match self {
             Shape::Conversation | Shape::Code => 0.5,
-            Shape::BurstGpt | Shape::BurstGptDays => 0.25,
+            Shape::BurstGpt | Shape::BurstGptDays | Shape::BurstGpt24h => 0.25,
             Shape::Step
             | Shape::Threshold
             | Shape::Idle
             | Shape::Steady
             | Shape::Diurnal
-            | Shape::DiurnalDays => 1.0,
+            | Shape::DiurnalDays
+            | Shape::Diurnal24h => 1.0,
         }
     }
 
@@ -139,6 +163,8 @@ impl Shape {
 
 /// A lab run's day: the shapes with a daily cycle fit it into an hour.
 pub const DAY: f64 = 3600.0;
+/// A day at its real length, for the shapes that keep it.
+pub const REAL_DAY: f64 = 86_400.0;
 
 const STEP_START: f64 = 1200.0;
 const STEP_END: f64 = 2400.0;
@@ -158,8 +184,8 @@ fn rate(shape: Shape, t: f64, phases: [f64; 3]) -> f64 {
         // 3–5%), a morning rise, an afternoon peak; and a shorter ripple.
         // (`cos` and the ripple repeat every lab day: the days of `burstgpt-days` share the
         // envelope, and only the Gamma gaps differ.)
-        Shape::BurstGpt | Shape::BurstGptDays => {
-            let day = 0.5 - 0.5 * (TAU * t / 3600.0).cos(); // 0 at the ends, 1 mid-run
+        Shape::BurstGpt | Shape::BurstGptDays | Shape::BurstGpt24h => {
+            let day = 0.5 - 0.5 * (TAU * t / shape.day()).cos(); // 0 at the ends, 1 mid-day
             5.0 * (0.05 + 0.95 * day) * wobble(0.15, 400.0, phases[2])
         }
         Shape::Step => {
@@ -173,14 +199,14 @@ fn rate(shape: Shape, t: f64, phases: [f64; 3]) -> f64 {
         // The live simulator's built-in traces (`crate::trace`), as they are, now with Poisson
         // noise: the same load throughout, and a night, a morning ramp, a plateau
         // and an evening fall. (Its `burst` is the step above, its `idle` the sessions below.)
-        Shape::Steady | Shape::Diurnal | Shape::DiurnalDays => {
+        Shape::Steady | Shape::Diurnal | Shape::DiurnalDays | Shape::Diurnal24h => {
             let name = if shape == Shape::Steady {
                 "steady"
             } else {
                 "diurnal"
             };
-            let into_day = t.max(0.0) % DAY;
-            Trace::builtin(name, DAY)
+            let into_day = t.max(0.0) % shape.day();
+            Trace::builtin(name, shape.day())
                 .map_or(0.0, |trace| trace.rate(Duration::from_secs_f64(into_day)))
         }
         // Five-minute sessions at 0.8 req/s separated by silences of 10 to 15 minutes.
@@ -310,10 +336,11 @@ fn prefix_reuse(shape: Shape) -> (f64, u32, f64) {
         | Shape::Idle
         | Shape::Steady
         | Shape::Diurnal
-        | Shape::DiurnalDays => (0.6, 400, 0.7),
+        | Shape::DiurnalDays
+        | Shape::Diurnal24h => (0.6, 400, 0.7),
         // A repository's context, shared by the requests of one session.
         Shape::Code => (0.7, 150, 0.8),
-        Shape::BurstGpt | Shape::BurstGptDays => (0.4, 800, 0.5),
+        Shape::BurstGpt | Shape::BurstGptDays | Shape::BurstGpt24h => (0.4, 800, 0.5),
     }
 }
 
@@ -504,6 +531,47 @@ mod tests {
             (counts[0] as f64 - one).abs() < 0.15 * one,
             "{counts:?} against {one}"
         );
+    }
+
+    #[test]
+    fn the_real_length_days_keep_the_shape_at_24_times_the_length() {
+        // Requests a second over each hour of the two days, against the lab's day of an hour
+        // over each 2.5 minutes (the same share of its day).
+        let per_hour = |shape: Shape, seed: u64| -> Vec<f64> {
+            let day = shape.day();
+            let slot = day / 24.0;
+            let mut counts = vec![0.0; (shape.duration() / slot) as usize];
+            for r in generate(shape, seed) {
+                if let Some(c) = counts.get_mut((r.at / slot) as usize) {
+                    *c += 1.0 / slot;
+                }
+            }
+            counts
+        };
+        for (real, lab) in [
+            (Shape::Diurnal24h, Shape::Diurnal),
+            (Shape::BurstGpt24h, Shape::BurstGpt),
+        ] {
+            assert_eq!(real.day(), 86_400.0);
+            assert_eq!(real.duration(), 2.0 * real.day());
+            let (long, short) = (per_hour(real, 3), per_hour(lab, 3));
+            assert_eq!(long.len(), 48);
+            for hour in 0..48 {
+                let (got, want) = (long[hour], short[hour % 24]);
+                // The same envelope (burstgpt's ripple of 400 s and its Gamma gaps average out
+                // over an hour, not over the lab's 2.5 minutes).
+                assert!(
+                    (got - want).abs() < 0.2 * want + 0.3,
+                    "{}: hour {hour} has {got:.2}/s where the lab's day has {want:.2}/s",
+                    real.name()
+                );
+            }
+            // The night is quiet, the middle of each day busy.
+            assert!(
+                4.0 * long[1] < long[12] && 4.0 * long[25] < long[36],
+                "{long:?}"
+            );
+        }
     }
 
     #[test]
