@@ -144,6 +144,7 @@ fn run_demo() -> Run {
                 now: epoch + SignedDuration::from_secs_f64(real),
                 down_waits: None,
                 admitted: None,
+                down_share: None,
             };
             let step = law(&input, &stages, None, None, stored.clone());
             stored.syncs_without_signal = step.syncs_without_signal;

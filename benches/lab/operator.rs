@@ -384,6 +384,7 @@ impl Policy for Operator {
             now,
             down_waits: None,
             admitted: None,
+            down_share: None,
         };
         // The law that ships, every stage the spec sets.
         let stages = stages(&self.spec, self.pause).unwrap();

@@ -8,7 +8,7 @@ use crate::api::{LLMScaler, MetricProvider};
 use crate::names::DECISION_METRIC;
 use crate::scaling::{
     Decision, DeferReason, Direction, HoldReason, Lesson, LimitReason, Pause, PlanReason, Reason,
-    TargetState, ZeroReason,
+    SPARE_SHARE, TargetState, ZeroReason,
 };
 
 /// The reason of the event that says pods still starting were counted as capacity.
@@ -294,9 +294,14 @@ pub fn paused_text(pause: Pause, target_name: &str, spec_replicas: i32) -> Strin
     }
 }
 
-/// "sized for the demand expected in 180 s (9 measured)" when the look-ahead raised a scale-up.
+/// "sized at 12 for the demand expected in 180s (9 measured)" when the look-ahead raised a
+/// scale-up; why a scale-down stopped above what was measured after a miss.
 fn looked_ahead(decision: &Decision) -> Option<String> {
     decision.reasons.iter().find_map(|r| match r {
+        Reason::Planned(PlanReason::SpareKept { measured, kept }) => Some(format!(
+            "sized at {kept} to keep {:.0}% of each pod's learned capacity spare after a missed objective ({measured} measured)",
+            (1.0 - SPARE_SHARE) * 100.0
+        )),
         Reason::Planned(PlanReason::LookedAhead {
             measured,
             expected,
@@ -530,6 +535,7 @@ mod tests {
             now: Timestamp::UNIX_EPOCH,
             down_waits,
             admitted: None,
+            down_share: None,
         });
         (decision, target)
     }
@@ -594,6 +600,31 @@ mod tests {
             "scale-down to 1 waits while the load rises: the pods carry more requests now than over the last minute"
         );
         assert!(LASTING.contains(&LOAD_RISING));
+    }
+
+    #[test]
+    fn a_scale_down_that_keeps_spare_after_a_miss_says_so() {
+        let target = TargetState {
+            spec_replicas: 20,
+            ready_replicas: 20,
+            rollout: None,
+        };
+        let down = Decision {
+            recommendation: Some(14),
+            desired: 14,
+            write: Some(14),
+            reasons: vec![Reason::Planned(PlanReason::SpareKept {
+                measured: 12,
+                kept: 14,
+            })],
+            metrics: Vec::new(),
+            memory: Memory::default(),
+        };
+        let notes = decision_notes(&scaler(), &down, &target, false);
+        assert_eq!(
+            notes[0].message,
+            "scaled Deployment/vllm from 20 to 14; sized at 14 to keep 10% of each pod's learned capacity spare after a missed objective (12 measured)"
+        );
     }
 
     #[test]

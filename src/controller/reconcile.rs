@@ -389,6 +389,7 @@ async fn observe(
         now,
         down_waits: None,
         admitted: None,
+        down_share: None,
     };
     let stored = Stored {
         zero: status::stored_zero(scaler.status.as_ref()),

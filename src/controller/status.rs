@@ -893,6 +893,7 @@ mod tests {
             now: t(0),
             down_waits,
             admitted: None,
+            down_share: None,
         });
         (d, target)
     }

@@ -154,7 +154,14 @@ fn plan(need: f64, recurring: Option<f64>, input: &Input, reasons: &mut Vec<Reas
             }));
             current
         } else {
-            measured.max(early.unwrap_or(0).min(current))
+            let kept = match input.down_share.filter(|s| s.is_finite() && *s > 0.0) {
+                Some(share) => round_up(need / share).clamp(measured, current),
+                None => measured,
+            };
+            if kept > measured {
+                reasons.push(Reason::Planned(PlanReason::SpareKept { measured, kept }));
+            }
+            kept.max(early.unwrap_or(0).min(current))
         }
     } else {
         current
@@ -206,6 +213,7 @@ pub fn decide(input: &Input) -> Decision {
         now,
         down_waits,
         admitted,
+        down_share: _,
     } = input;
     let current = target.spec_replicas;
     let mut reasons = Vec::new();
@@ -580,6 +588,7 @@ mod tests {
             now: t(0),
             down_waits: None,
             admitted: None,
+            down_share: None,
         }
     }
 
@@ -767,6 +776,7 @@ mod tests {
                 now: t(now),
                 down_waits: None,
                 admitted: None,
+                down_share: None,
             });
             if let Some(w) = d.write {
                 writes.push((now, w));
@@ -823,6 +833,7 @@ mod tests {
                 now: t(now),
                 down_waits: None,
                 admitted: None,
+                down_share: None,
             });
             if let Some(w) = d.write {
                 writes.push((now, w));
@@ -848,6 +859,7 @@ mod tests {
             now: t(0),
             down_waits: None,
             admitted: None,
+            down_share: None,
         });
         assert_eq!(high.write, None);
         let mut history = high.memory;
@@ -862,6 +874,7 @@ mod tests {
                 now: t(now),
                 down_waits: None,
                 admitted: None,
+                down_share: None,
             });
             assert_eq!((d.desired, d.write), (8, None), "held at {now}s");
             assert!(d.reasons.iter().any(|r| matches!(
@@ -880,6 +893,7 @@ mod tests {
             now: t(195),
             down_waits: None,
             admitted: None,
+            down_share: None,
         });
         assert_eq!(released.write, Some(2));
     }
@@ -1211,6 +1225,42 @@ mod tests {
         assert_eq!(decide(&i).write, Some(12));
         // And without a start-up delay there is no trend to hold for.
         i.startup_seconds = None;
+        assert_eq!(decide(&i).write, Some(12));
+    }
+
+    #[test]
+    fn after_a_miss_a_scale_down_keeps_a_share_of_each_pod_spare() {
+        // 20 replicas whose pods' load needs 12 of them: without a share the fleet goes to 12.
+        let mut i = twenty_measured_at_twelve(six_minutes_of(|_| 12.0));
+        let plain = decide(&i);
+        assert_eq!(plain.write, Some(12));
+        assert!(
+            !plain
+                .reasons
+                .iter()
+                .any(|r| matches!(r, Reason::Planned(PlanReason::SpareKept { .. })))
+        );
+        // With nine tenths of each pod's capacity to fill, 12 / 0.9 = 13.3: 14 pods.
+        i.down_share = Some(0.9);
+        let spared = decide(&i);
+        assert_eq!(spared.write, Some(14));
+        assert!(
+            spared
+                .reasons
+                .contains(&Reason::Planned(PlanReason::SpareKept {
+                    measured: 12,
+                    kept: 14
+                })),
+            "{:?}",
+            spared.reasons
+        );
+        // The share never holds a fleet above the count it has: a need of 19.5 over 0.9 is 22.
+        i.signal = Signal::Ratio(vec![metric("q", 19.5 / 20.0, 1.0)]);
+        let d = decide(&i);
+        assert!(d.write.is_none_or(|w| w <= 20), "{:?}", d.write);
+        // Nor is a share that is no number read as one.
+        i.down_share = Some(f64::NAN);
+        i.signal = twenty_measured_at_twelve(Vec::new()).signal;
         assert_eq!(decide(&i).write, Some(12));
     }
 
@@ -1565,6 +1615,7 @@ mod properties {
                     now: t(600),
                     down_waits: None,
                     admitted: None,
+                    down_share: None,
                 },
             )
     }
@@ -1681,7 +1732,7 @@ mod properties {
                     startup_seconds: Some(180.0),
                     memory,
                     now: t(15 * k as i64),
-                down_waits: None, admitted: None,});
+                down_waits: None, admitted: None, down_share: None,});
                 prop_assert_eq!(d.write, None, "sync {}", k);
                 memory = d.memory;
             }
@@ -1711,7 +1762,7 @@ mod properties {
                 startup_seconds: None,
                 memory: Memory::default(),
                 now: t(0),
-            down_waits: None, admitted: None,});
+            down_waits: None, admitted: None, down_share: None,});
             prop_assert_eq!(d.write, None);
         }
 

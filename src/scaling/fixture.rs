@@ -41,6 +41,7 @@ pub fn input() -> InputBuilder {
         now: Timestamp::UNIX_EPOCH,
         down_waits: None,
         admitted: None,
+        down_share: None,
     })
 }
 

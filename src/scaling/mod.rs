@@ -39,8 +39,9 @@ pub use fallback::{FallbackRules, SignalHealth, health as signal_health, with_fa
 pub use forecast::Sample;
 pub use law::{Stages, Step, Stored, law};
 pub use objective::{
-    DOWN_PACE, Latency, Learnt, OBJECTIVE_METRIC, ObjectiveReading, ObjectiveRules, WINDOW_SECONDS,
-    late_share, learn_objective, missed as objective_missed, settled as objective_settled,
+    DOWN_PACE, Latency, Learnt, OBJECTIVE_METRIC, ObjectiveReading, ObjectiveRules, SPARE_SHARE,
+    WINDOW_SECONDS, late_share, learn_objective, missed as objective_missed,
+    settled as objective_settled,
 };
 pub use pause::paused;
 pub use recommend::{SkipReason, TargetType, ratio_recommendation};

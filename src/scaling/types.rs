@@ -99,6 +99,10 @@ pub struct Input {
     /// off only while the admissions rise too: after a step down, each pod left batches more and
     /// each request runs longer, so the requests in flight climb while the demand stays flat.
     pub admitted: Option<f64>,
+    /// Under an objective whose estimate has met a miss it still remembers: a scale-down sizes
+    /// the fleet for the need over this share, the rest of each pod's learned capacity kept
+    /// spare ([`PlanReason::SpareKept`]). `None`: a scale-down goes to the need.
+    pub down_share: Option<f64>,
 }
 
 /// What one metric contributed.
@@ -217,6 +221,10 @@ pub enum PlanReason {
     /// noise, so the fleet stays at `kept`: a pod removed now would be asked for again before a
     /// new one could be Ready.
     RisingDemand { measured: i32, kept: i32 },
+    /// The measurement alone would scale down to `measured`; the objective has been missed at
+    /// a load it still remembers, so the fleet comes down only to `kept`, each pod left with a
+    /// share of its learned capacity spare.
+    SpareKept { measured: i32, kept: i32 },
     /// Sized for the need now grown by the rise the remembered periods saw between now and one
     /// start-up ahead, above what was measured: the rise they all saw is started before it shows.
     Recurring {
