@@ -470,6 +470,21 @@ mod tests {
     }
 
     #[test]
+    fn a_remembered_miss_and_only_one_keeps_a_share_spare_on_the_way_down() {
+        use crate::scaling::fixture::input;
+        let before = Capacity::judged(8.0, None);
+        let mut learnt = learnt_at(8.0);
+        let plain = apply(&input().replicas(4, 4).build(), &learnt, &before);
+        assert_eq!(plain.down_share, None);
+        learnt.capacity = Capacity::judged(8.0, Some(9.5));
+        let spared = apply(&input().replicas(4, 4).build(), &learnt, &before);
+        assert_eq!(spared.down_share, Some(SPARE_SHARE));
+        // A pass above the miss forgets it, and the spare with it.
+        learnt.capacity = Capacity::judged(8.0, None);
+        assert_eq!(apply(&spared, &learnt, &before).down_share, None);
+    }
+
+    #[test]
     fn the_admissions_read_reach_the_decision_and_an_unread_window_has_none() {
         use crate::scaling::fixture::input;
         let learnt = |latency: Result<Latency, Unreadable>| {

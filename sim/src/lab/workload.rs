@@ -118,13 +118,14 @@ impl Shape {
             .find(|s| s.name() == name)
     }
 
-    /// Seconds of load in a run.
+    /// Seconds of load in a run: one of its days, or several.
     pub fn duration(self) -> f64 {
-        match self {
-            Shape::DiurnalDays | Shape::BurstGptDays => 4.0 * DAY,
-            Shape::Diurnal24h | Shape::BurstGpt24h => 2.0 * REAL_DAY,
-            _ => DAY,
-        }
+        let days = match self {
+            Shape::DiurnalDays | Shape::BurstGptDays => 4.0,
+            Shape::Diurnal24h | Shape::BurstGpt24h => 2.0,
+            _ => 1.0,
+        };
+        days * self.day()
     }
 
     /// Seconds in one of the shape's days: the lab's hour, or a real day's 24 hours.
