@@ -421,12 +421,15 @@ impl Policy for Operator {
             // OBJECTIVE_TRACE=1 prints what each sync learned (for studying the estimator).
             if std::env::var_os("OBJECTIVE_TRACE").is_some() {
                 eprintln!(
-                    "{} t={:.0} spec={} rec={:?} desired={} {:?} {:?} reasons={:?}",
+                    "{} t={:.0} spec={} rec={:?} desired={} est={:.2} missed={:?} curve={:?} {:?} {:?} reasons={:?}",
                     self.label,
                     view.now,
                     view.spec,
                     step.decision.recommendation,
                     step.decision.desired,
+                    learnt.capacity.per_pod,
+                    learnt.capacity.missed_at,
+                    learnt.curve.capacity(0.01),
                     learnt.lesson,
                     learnt.late,
                     step.decision.reasons

@@ -970,8 +970,9 @@ pub struct ObjectiveStatus {
     /// Requests in flight one pod carries while the objective holds, as learned so far: the
     /// per-pod target the fleet is sized with.
     pub requests_per_pod: String,
-    /// The lowest requests per pod the objective was seen missed at since a pass above it; the
-    /// estimate probes no higher than just below it.
+    /// The lowest requests per pod the objective was seen missed at since a pass above it, or
+    /// the limit the load curve of the last hour puts the objective at once that is more than
+    /// 1.2× the miss; the estimate probes no higher than just below it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub missed_at: Option<String>,
     /// True while the estimate is still the starting one (the spec's or the default): no miss,
