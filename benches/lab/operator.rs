@@ -421,17 +421,10 @@ impl Policy for Operator {
             // OBJECTIVE_TRACE=1 prints what each sync learned (for studying the estimator).
             if std::env::var_os("OBJECTIVE_TRACE").is_some() {
                 eprintln!(
-                    "{} t={:.0} spec={} ready={} down={:?} rec={:?} desired={} est={:.2} missed={:?} curve={:?} {:?} {:?} reasons={:?}",
+                    "{} t={:.0} spec={} rec={:?} desired={} est={:.2} missed={:?} curve={:?} {:?} {:?} reasons={:?}",
                     self.label,
                     view.now,
                     view.spec,
-                    view.ready(),
-                    step.decision
-                        .memory
-                        .down
-                        .iter()
-                        .map(|e| (e.at.as_second() - EPOCH, e.replicas))
-                        .collect::<Vec<_>>(),
                     step.decision.recommendation,
                     step.decision.desired,
                     learnt.capacity.per_pod,

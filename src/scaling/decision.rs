@@ -104,10 +104,7 @@ fn measure(signal: &Signal, ready: i32) -> Measured {
 /// `recurring` is the need now grown by the rise the remembered periods saw from now until one
 /// start-up ahead (in replicas): unlike the trend, it starts a scale-up on its own, since it was
 /// measured on the days before rather than guessed from this one, and it holds a scale-down off.
-///
-/// Returns the recommendation and whether a rising trend holds the fleet at its current count
-/// this sync (see [`Planned`]).
-fn plan(need: f64, recurring: Option<f64>, input: &Input, reasons: &mut Vec<Reason>) -> Planned {
+fn plan(need: f64, recurring: Option<f64>, input: &Input, reasons: &mut Vec<Reason>) -> i32 {
     let current = input.target.spec_replicas;
     let ready = input.target.ready_replicas;
     let horizon = input.startup_seconds.unwrap_or(0.0);
@@ -126,9 +123,8 @@ fn plan(need: f64, recurring: Option<f64>, input: &Input, reasons: &mut Vec<Reas
         })
     };
     if current <= 0 {
-        return Planned::at(round_up(up_need).max(early.unwrap_or(0)));
+        return round_up(up_need).max(early.unwrap_or(0));
     }
-    let mut held_for_rise = false;
     let current_f = f64::from(current);
     let up_tolerance = input.behavior.up.tolerance.max(0.0);
     let down_tolerance = input.behavior.down.tolerance.max(0.0);
@@ -139,10 +135,6 @@ fn plan(need: f64, recurring: Option<f64>, input: &Input, reasons: &mut Vec<Reas
     } else if let Some(early) = early.filter(|e| *e > current) {
         early
     } else if need < current_f * (1.0 - down_tolerance) {
-        let kept = match input.down_share.filter(|s| s.is_finite() && *s > 0.0) {
-            Some(share) => round_up(need / share).clamp(measured, current),
-            None => measured,
-        };
         if expected.is_some() && demand_rises() {
             // The trend never deepens a scale-down, and a rising one holds it off: a pod removed
             // now would be asked for again before a new one could be Ready. (Scaling down only
@@ -160,9 +152,12 @@ fn plan(need: f64, recurring: Option<f64>, input: &Input, reasons: &mut Vec<Reas
                 measured,
                 kept: current,
             }));
-            held_for_rise = true;
-            expected.map_or(kept, |e| round_up(e).clamp(kept, current))
+            current
         } else {
+            let kept = match input.down_share.filter(|s| s.is_finite() && *s > 0.0) {
+                Some(share) => round_up(need / share).clamp(measured, current),
+                None => measured,
+            };
             if kept > measured {
                 reasons.push(Reason::Planned(PlanReason::SpareKept { measured, kept }));
             }
@@ -185,54 +180,12 @@ fn plan(need: f64, recurring: Option<f64>, input: &Input, reasons: &mut Vec<Reas
         }));
     }
     // Held where it is only because the pods already starting cover what Ready pods alone lack.
-    let effective = if held_for_rise {
-        current
-    } else {
-        recommendation
-    };
-    if effective == current && ready < current && round_up(up_need) > ready {
+    if recommendation == current && ready < current && round_up(up_need) > ready {
         reasons.push(Reason::Planned(PlanReason::StartingCounted {
             starting: current - ready,
         }));
     }
-    Planned {
-        recommendation,
-        held_for_rise,
-    }
-}
-
-/// What [`plan`] asks for.
-///
-/// A rising trend holds a scale-down off for the sync it rises in, but the scale-down window
-/// records what the trend needs one start-up ahead (between the scale-down's count and the
-/// current one), not the count held: recorded as a recommendation, each hold re-armed the window
-/// at the current count for its whole length, and a load that keeps rising and falling a little
-/// never let the fleet down. Traced in the lab (L40S, `threshold`, 90 s start-up, seed 2): a
-/// fleet sent to its maximum of 64 in the first minute measured 42–51 pods' worth for the rest
-/// of the hour, and a hold every four or five minutes (a start-up's trend is fitted over 180 s
-/// there) kept all 64 for the hour, at 1.6× the replica-hours the same trace took at 180 s.
-/// Measured (8 seeds, both cards, 90/180/300 s): that cell took 0.62× its replica-hours, the
-/// L40S's other cells −6% to +1% (burstgpt and diurnal at 180–300 s within 1%), the L4's −5%
-/// to +1%, every goodput within 0.1 point but two tails of the L40S: one conversation run at 180 s
-/// fell from 99.7% to 94.5% (the shape 99.68% to 99.03%) and the 5× step at 90 s from 98.8% to
-/// 97.6%, fleets no longer held large by chance when the load turned. Recording the
-/// measurement's count instead (the window then holds nothing for the rise) saved as much but
-/// left that conversation shape at 98.2% at 180 s.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Planned {
-    /// The recommendation the windows record.
-    recommendation: i32,
-    /// A rising trend keeps the current count this sync.
-    held_for_rise: bool,
-}
-
-impl Planned {
-    fn at(recommendation: i32) -> Self {
-        Self {
-            recommendation,
-            held_for_rise: false,
-        }
-    }
+    recommendation
 }
 
 /// Whether `why` holds off a scale-down to `desired` when `recommended` is what this sync's
@@ -314,10 +267,7 @@ pub fn decide(input: &Input) -> Decision {
                 .map(|g| g * need);
             (profile, ahead)
         });
-    let Planned {
-        recommendation: recommended,
-        held_for_rise,
-    } = if measured.ratio {
+    let recommended = if measured.ratio {
         plan(
             need,
             remembered.as_ref().and_then(|(_, ahead)| *ahead),
@@ -325,7 +275,7 @@ pub fn decide(input: &Input) -> Decision {
             &mut reasons,
         )
     } else {
-        Planned::at(round_up(need))
+        round_up(need)
     };
 
     let (low, high) = (bounds.min.min(bounds.max), bounds.max);
@@ -373,9 +323,9 @@ pub fn decide(input: &Input) -> Decision {
         *now,
     );
     // History recorded under other bounds must not hold the fleet outside today's.
-    let stabilized = held.clamp(low, high.max(clamped));
-    if stabilized != clamped {
-        let (direction, window_seconds) = if stabilized > clamped {
+    let desired = held.clamp(low, high.max(clamped));
+    if desired != clamped {
+        let (direction, window_seconds) = if desired > clamped {
             (Direction::Down, behavior.down.window_seconds)
         } else {
             (Direction::Up, behavior.up.window_seconds)
@@ -383,16 +333,10 @@ pub fn decide(input: &Input) -> Decision {
         reasons.push(Reason::Limited(LimitReason::Stabilized {
             direction,
             recommended: clamped,
-            held_at: stabilized,
+            held_at: desired,
             window_seconds,
         }));
     }
-    // A rising trend holds the count asked for (never above the maximum) for this sync only.
-    let desired = if held_for_rise {
-        stabilized.max(current.min(high))
-    } else {
-        stabilized
-    };
     let entry = Entry {
         at: *now,
         replicas: clamped,
@@ -1282,31 +1226,6 @@ mod tests {
         // And without a start-up delay there is no trend to hold for.
         i.startup_seconds = None;
         assert_eq!(decide(&i).write, Some(12));
-    }
-
-    #[test]
-    fn a_hold_for_a_rising_trend_does_not_rearm_the_scale_down_window() {
-        use crate::scaling::Entry;
-        // A 300 s window whose recommendations stood at 12; the trend rises this sync.
-        let mut i = twenty_measured_at_twelve(six_minutes_of(rising_need));
-        i.behavior.down.window_seconds = 300;
-        i.memory.down = vec![Entry {
-            at: t(0),
-            replicas: 12,
-        }];
-        let held = decide(&i);
-        held_by_the_trend(&held);
-        // The window records what the trend needs one start-up ahead (12 rising by one a minute:
-        // 15 in 180 s), not the 20 the trend held.
-        assert_eq!(held.memory.down.last().map(|e| e.replicas), Some(15));
-        // The next sync the trend is flat: nothing in the window holds 20, and the fleet steps
-        // down to what the rise asked for.
-        let mut next = i.clone();
-        next.now = t(375);
-        next.memory = held.memory.clone();
-        next.memory.samples = six_minutes_of(|_| 12.0);
-        let d = decide(&next);
-        assert_eq!(d.write, Some(15), "{:?}", d.reasons);
     }
 
     #[test]
