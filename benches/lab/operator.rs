@@ -429,7 +429,9 @@ impl Policy for Operator {
                     step.decision.desired,
                     learnt.capacity.per_pod,
                     learnt.capacity.missed_at,
-                    learnt.curve.capacity(0.01),
+                    stages
+                        .objective
+                        .and_then(|r| learnt.curve.capacity(r.capacity.allowed_miss)),
                     learnt.lesson,
                     learnt.late,
                     step.decision.reasons

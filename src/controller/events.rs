@@ -602,25 +602,34 @@ mod tests {
         assert!(LASTING.contains(&LOAD_RISING));
     }
 
-    #[test]
-    fn a_scale_down_that_keeps_spare_after_a_miss_says_so() {
-        let target = TargetState {
-            spec_replicas: 20,
-            ready_replicas: 20,
+    /// A fleet of `replicas`, every one Ready.
+    fn settled(replicas: i32) -> TargetState {
+        TargetState {
+            spec_replicas: replicas,
+            ready_replicas: replicas,
             rollout: None,
-        };
-        let down = Decision {
-            recommendation: Some(14),
-            desired: 14,
-            write: Some(14),
-            reasons: vec![Reason::Planned(PlanReason::SpareKept {
-                measured: 12,
-                kept: 14,
-            })],
+        }
+    }
+
+    /// A decision that writes `to` for `reason`.
+    fn writing(to: i32, reason: Reason) -> Decision {
+        Decision {
+            recommendation: Some(to),
+            desired: to,
+            write: Some(to),
+            reasons: vec![reason],
             metrics: Vec::new(),
             memory: Memory::default(),
-        };
-        let notes = decision_notes(&scaler(), &down, &target, false);
+        }
+    }
+
+    #[test]
+    fn a_scale_down_that_keeps_spare_after_a_miss_says_so() {
+        let spare = Reason::Planned(PlanReason::SpareKept {
+            measured: 12,
+            kept: 14,
+        });
+        let notes = decision_notes(&scaler(), &writing(14, spare), &settled(20), false);
         assert_eq!(
             notes[0].message,
             "scaled Deployment/vllm from 20 to 14; sized at 14 to keep 10% of each pod's learned capacity spare after a missed objective (12 measured)"
@@ -634,31 +643,14 @@ mod tests {
             expected: 40,
             horizon_seconds: 300,
         });
-        let target = TargetState {
-            spec_replicas: 10,
-            ready_replicas: 10,
-            rollout: None,
-        };
-        let up = Decision {
-            recommendation: Some(40),
-            desired: 40,
-            write: Some(40),
-            reasons: vec![recurring.clone()],
-            metrics: Vec::new(),
-            memory: Memory::default(),
-        };
-        let notes = decision_notes(&scaler(), &up, &target, false);
+        let up = writing(40, recurring);
+        let notes = decision_notes(&scaler(), &up, &settled(10), false);
         assert_eq!(
             notes[0].message,
             "scaled Deployment/vllm from 10 to 40; sized at 40 for the rise the periods before saw from now to 300s ahead (10 measured)"
         );
         let held = Decision { write: None, ..up };
-        let target = TargetState {
-            spec_replicas: 40,
-            ready_replicas: 40,
-            rollout: None,
-        };
-        let notes = decision_notes(&scaler(), &held, &target, false);
+        let notes = decision_notes(&scaler(), &held, &settled(40), false);
         assert_eq!(notes.len(), 1);
         assert_eq!(notes[0].reason, RECURRING_DEMAND);
         assert_eq!(

@@ -322,12 +322,14 @@ pub fn learn_objective(
 /// last hour puts above [`MISS_OUTWEIGHED`] × the miss's load: an hour of evidence outweighs one
 /// minute's. Probes still stop a tenth below the miss as moved, and scale-downs keep their spare.
 fn reconsidered(capacity: Capacity, curve: &LoadCurve, allowed_miss: f64) -> Capacity {
-    let outweighed = capacity
-        .missed_at
-        .zip(curve.capacity(allowed_miss))
-        .filter(|(missed, limit)| *limit > MISS_OUTWEIGHED * missed);
+    // The curve is fitted only when a miss is remembered: most syncs have none.
+    let outweighed = capacity.missed_at.and_then(|missed| {
+        curve
+            .capacity(allowed_miss)
+            .filter(|limit| *limit > MISS_OUTWEIGHED * missed)
+    });
     match outweighed {
-        Some((_, limit)) => Capacity {
+        Some(limit) => Capacity {
             missed_at: Some(limit),
             ..capacity
         },
