@@ -46,10 +46,26 @@ pub fn look_ahead(
     now: Timestamp,
     horizon_seconds: f64,
 ) -> Option<f64> {
+    look_ahead_over(
+        samples,
+        need,
+        now,
+        horizon_seconds,
+        fit_seconds(horizon_seconds),
+    )
+}
+
+/// [`look_ahead`] with the trend fitted over `window` seconds of samples.
+pub fn look_ahead_over(
+    samples: &[Sample],
+    need: f64,
+    now: Timestamp,
+    horizon_seconds: f64,
+    window: f64,
+) -> Option<f64> {
     if !(horizon_seconds > 0.0 && need.is_finite() && need >= 0.0) {
         return None;
     }
-    let window = fit_seconds(horizon_seconds);
     // x = seconds before now (≤ 0), y = need.
     let points: Vec<(f64, f64)> = samples
         .iter()
@@ -116,7 +132,11 @@ fn sen_lower_bound(points: &[(f64, f64)]) -> Option<(f64, f64)> {
 
 /// The samples to keep after this sync: those still inside the fit window, and this one.
 pub fn remember(samples: &[Sample], latest: Sample, horizon_seconds: f64) -> Vec<Sample> {
-    let window = fit_seconds(horizon_seconds);
+    remember_over(samples, latest, fit_seconds(horizon_seconds))
+}
+
+/// [`remember`] for a trend fitted over `window` seconds.
+pub fn remember_over(samples: &[Sample], latest: Sample, window: f64) -> Vec<Sample> {
     let mut kept: Vec<Sample> = samples
         .iter()
         .copied()

@@ -63,7 +63,7 @@ pub enum Signal {
 /// What earlier syncs left for this one: the recommendations inside each stabilization window,
 /// the changes inside the rate policies' periods, and the recent demand the trend is fitted to.
 /// Each is a pure function of the previous memory and the sync; the controller persists all but
-/// `samples` and `admissions` in status (a restart refits the trends over one start-up delay).
+/// `samples` and `admissions` in status (a restart refits the trends from the syncs after it).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Memory {
     /// Recommendations inside the scale-down window.
