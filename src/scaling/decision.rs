@@ -1239,6 +1239,11 @@ mod tests {
         assert!(d.reasons.contains(&held), "{:?}", d.reasons);
     }
 
+    fn not_held_by_the_trend(d: &Decision) {
+        let held = |r: &Reason| matches!(r, Reason::Planned(PlanReason::RisingDemand { .. }));
+        assert!(!d.reasons.iter().any(held), "{:?}", d.reasons);
+    }
+
     #[test]
     fn a_rising_demand_holds_off_a_scale_down_and_a_flat_one_does_not() {
         // 20 replicas; the need rose from 6 to 12 over six minutes and is measured at 12, below
@@ -1302,13 +1307,7 @@ mod tests {
         i.admitted = Some(30.0);
         let d = decide(&i);
         assert_eq!(d.write, Some(12), "{:?}", d.reasons);
-        assert!(
-            !d.reasons
-                .iter()
-                .any(|r| matches!(r, Reason::Planned(PlanReason::RisingDemand { .. }))),
-            "{:?}",
-            d.reasons
-        );
+        not_held_by_the_trend(&d);
         // This sync's admissions join the remembered ones, for the next sync's trend.
         assert_eq!(
             d.memory.admissions.last().map(|s| (s.at, s.need)),
@@ -1341,13 +1340,7 @@ mod tests {
         // The measurement's 12 is what the window records (it holds the fleet at 20 for now,
         // as it holds any first step down), not the 20 a hold keeps.
         assert_eq!(d.recommendation, Some(12), "{:?}", d.reasons);
-        assert!(
-            !d.reasons
-                .iter()
-                .any(|r| matches!(r, Reason::Planned(PlanReason::RisingDemand { .. }))),
-            "{:?}",
-            d.reasons
-        );
+        not_held_by_the_trend(&d);
         // The window's 300 s of admissions are remembered for the next sync's trend.
         assert_eq!(
             d.memory.admissions.first().map(|s| s.at),
