@@ -295,12 +295,20 @@ pub fn paused_text(pause: Pause, target_name: &str, spec_replicas: i32) -> Strin
 }
 
 /// "sized at 12 for the demand expected in 180s (9 measured)" when the look-ahead raised a
-/// scale-up; why a scale-down stopped above what was measured after a miss.
+/// scale-up; why a scale-down stopped above what was measured after a miss (a share of each
+/// pod's capacity kept spare, or requests that run longer once the pods are full).
 fn looked_ahead(decision: &Decision) -> Option<String> {
     decision.reasons.iter().find_map(|r| match r {
         Reason::Planned(PlanReason::SpareKept { measured, kept }) => Some(format!(
             "sized at {kept} to keep {:.0}% of each pod's learned capacity spare after a missed objective ({measured} measured)",
             (1.0 - SPARE_SHARE) * 100.0
+        )),
+        Reason::Planned(PlanReason::LongerAtCapacity {
+            measured,
+            kept,
+            percent,
+        }) => Some(format!(
+            "sized at {kept} because a request runs {percent}% longer with each pod at its learned capacity than now, after a missed objective ({measured} measured)"
         )),
         Reason::Planned(PlanReason::LookedAhead {
             measured,
@@ -633,6 +641,20 @@ mod tests {
         assert_eq!(
             notes[0].message,
             "scaled Deployment/vllm from 20 to 14; sized at 14 to keep 10% of each pod's learned capacity spare after a missed objective (12 measured)"
+        );
+    }
+
+    #[test]
+    fn a_scale_down_sized_for_longer_requests_after_a_miss_says_by_how_much() {
+        let longer = Reason::Planned(PlanReason::LongerAtCapacity {
+            measured: 12,
+            kept: 15,
+            percent: 22,
+        });
+        let notes = decision_notes(&scaler(), &writing(15, longer), &settled(20), false);
+        assert_eq!(
+            notes[0].message,
+            "scaled Deployment/vllm from 20 to 15; sized at 15 because a request runs 22% longer with each pod at its learned capacity than now, after a missed objective (12 measured)"
         );
     }
 

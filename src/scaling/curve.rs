@@ -25,6 +25,11 @@
 //! control-plane fleet whose late share jumps from 0 to 30% at its capacity a third above
 //! the size it needed (the logit's line through a jump is shallow).
 //!
+//! Each bin also keeps how long its requests ran (by Little's law, the requests one pod ran
+//! over those it admitted a second): a line of that duration on the load tells how much longer a
+//! request runs once a step down has filled the pods, which sizes a scale-down after a miss
+//! ([`LoadCurve::duration_ratio`]).
+//!
 //! It lives in the operator's process, not in status (it changes at every sync): a restart
 //! starts it afresh, which leaves the estimate uncapped until it has points again.
 
@@ -71,6 +76,9 @@ struct Bin {
     late: f32,
     /// Σ load × requests: the bin's mean load is the fit's abscissa.
     load: f32,
+    /// Σ duration × requests and the requests it was known for.
+    duration: f32,
+    timed: f32,
 }
 
 /// The curve: the windows' requests binned by the load they were served at, with their weight
@@ -91,6 +99,9 @@ pub struct Point {
     pub warned: f64,
     /// Share of the requests above a budget.
     pub late: f64,
+    /// Seconds a request ran on average over the window (Little's law: the requests running
+    /// per pod over the requests one pod admitted a second); NaN when unknown.
+    pub duration: f64,
 }
 
 fn bin_of(load: f64) -> u16 {
@@ -122,6 +133,8 @@ impl LoadCurve {
                 warned: (f64::from(b.warned) * decay) as f32,
                 late: (f64::from(b.late) * decay) as f32,
                 load: (f64::from(b.load) * decay) as f32,
+                duration: (f64::from(b.duration) * decay) as f32,
+                timed: (f64::from(b.timed) * decay) as f32,
                 ..*b
             })
             .filter(|b| f64::from(b.requests) >= FORGOTTEN)
@@ -151,6 +164,8 @@ impl LoadCurve {
                             warned: 0.0,
                             late: 0.0,
                             load: 0.0,
+                            duration: 0.0,
+                            timed: 0.0,
                         },
                     );
                     &mut bins[i]
@@ -161,6 +176,10 @@ impl LoadCurve {
             bin.warned += (requests * p.warned.max(p.late)) as f32;
             bin.late += (requests * p.late) as f32;
             bin.load += (requests * p.load) as f32;
+            if p.duration.is_finite() && p.duration > 0.0 {
+                bin.duration += (requests * p.duration) as f32;
+                bin.timed += requests as f32;
+            }
             at = Some(now);
         } else if at.is_some() {
             at = Some(now);
@@ -190,51 +209,93 @@ impl LoadCurve {
         } else {
             MAX_WARNED_SHARE
         };
-        // Weighted least squares of the logit of the close share on the load, each bin weighted
-        // by the inverse of its logit's variance.
-        let (mut sw, mut sx, mut sy, mut sxx, mut sxy) = (0.0, 0.0, 0.0, 0.0, 0.0);
-        let mut highest: f64 = 0.0;
         // The highest load the objective was seen held at, over enough requests for the
         // allowance to expect one late one: the fit never says less than what was measured. A
         // curve that is not a logistic (a late share that jumps and then stays flat) would
         // otherwise extrapolate far below it.
-        let mut held: f64 = 0.0;
-        let mut points = 0;
-        for b in &self.bins {
+        let held = self
+            .bins
+            .iter()
+            .map(|b| (f64::from(b.requests), f64::from(b.late), f64::from(b.load)))
+            .filter(|(n, late, _)| n * allowed >= 1.0 && *late <= allowed * n)
+            .map(|(n, _, load)| load / n)
+            .fold(0.0, f64::max);
+        // The logit of the close share on the load, each bin weighted by the inverse of its
+        // logit's variance.
+        let line = rising_line(self.bins.iter().filter_map(|b| {
             let n = f64::from(b.requests);
-            if n * allowed >= 1.0 && f64::from(b.late) <= allowed * n {
-                held = held.max(f64::from(b.load) / n);
-            }
             if n < MIN_BIN_REQUESTS {
-                continue;
+                return None;
             }
             let p = ((f64::from(b.warned) + 0.5) / (n + 1.0)).clamp(1e-4, 1.0 - 1e-4);
-            let x = f64::from(b.load) / n;
-            let y = (p / (1.0 - p)).ln();
-            let w = n * p * (1.0 - p);
-            sw += w;
-            sx += w * x;
-            sy += w * y;
-            sxx += w * x * x;
-            sxy += w * x * y;
-            highest = highest.max(x);
-            points += 1;
-        }
-        if points < MIN_BINS {
-            return None;
-        }
-        let det = sw * sxx - sx * sx;
-        if det.is_nan() || det <= 0.0 {
-            return None;
-        }
-        let slope = (sw * sxy - sx * sy) / det;
-        if slope.is_nan() || slope <= 0.0 {
-            return None;
-        }
-        let intercept = (sy - slope * sx) / sw;
-        let at = ((target / (1.0 - target)).ln() - intercept) / slope;
-        at.is_finite().then(|| at.min(highest * REACH).max(held))
+            Some((
+                n * p * (1.0 - p),
+                f64::from(b.load) / n,
+                (p / (1.0 - p)).ln(),
+            ))
+        }))?;
+        let at = ((target / (1.0 - target)).ln() - line.intercept) / line.slope;
+        at.is_finite()
+            .then(|| at.min(line.highest * REACH).max(held))
     }
+
+    /// How many times longer a request runs at `to` requests per pod than at `from`: the ratio
+    /// of a line of the mean duration on the load (least squares over the bins, each weighted by
+    /// its timed requests), if the curve has enough timed bins and the line rises. Like the
+    /// capacity, the line is read at most [`REACH`] times past the highest load it has seen.
+    pub fn duration_ratio(&self, from: f64, to: f64) -> Option<f64> {
+        let line = rising_line(self.bins.iter().filter_map(|b| {
+            let n = f64::from(b.timed);
+            (n >= MIN_BIN_REQUESTS).then(|| {
+                let load = f64::from(b.load) / f64::from(b.requests);
+                (n, load, f64::from(b.duration) / n)
+            })
+        }))?;
+        let reach = line.highest * REACH;
+        let at = |load: f64| line.intercept + line.slope * load.min(reach);
+        let ratio = at(to) / at(from);
+        (at(from) > 0.0 && ratio.is_finite()).then_some(ratio)
+    }
+}
+
+/// A line fitted by weighted least squares, and the highest abscissa it was fitted on.
+struct Line {
+    slope: f64,
+    intercept: f64,
+    highest: f64,
+}
+
+/// The line through `(weight, x, y)` points, if there are at least [`MIN_BINS`] of them and it
+/// rises.
+fn rising_line(points: impl Iterator<Item = (f64, f64, f64)>) -> Option<Line> {
+    let (mut sw, mut sx, mut sy, mut sxx, mut sxy) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    let mut highest: f64 = 0.0;
+    let mut count = 0;
+    for (w, x, y) in points {
+        sw += w;
+        sx += w * x;
+        sy += w * y;
+        sxx += w * x * x;
+        sxy += w * x * y;
+        highest = highest.max(x);
+        count += 1;
+    }
+    if count < MIN_BINS {
+        return None;
+    }
+    let det = sw * sxx - sx * sx;
+    if det.is_nan() || det <= 0.0 {
+        return None;
+    }
+    let slope = (sw * sxy - sx * sy) / det;
+    if slope.is_nan() || slope <= 0.0 {
+        return None;
+    }
+    Some(Line {
+        slope,
+        intercept: (sy - slope * sx) / sw,
+        highest,
+    })
 }
 
 /// The estimate `per_pod` capped by the curve's `capacity` (the load where the objective would
@@ -278,6 +339,7 @@ mod tests {
                     requests: 200.0,
                     warned,
                     late: warned * late_per_warned,
+                    duration: f64::NAN,
                 }),
                 t(15 * i),
                 60.0,
@@ -317,11 +379,53 @@ mod tests {
                 requests: 600.0,
                 warned: share,
                 late: share / 3.0,
+                duration: f64::NAN,
             };
             curve = curve.add(Some(point), t(5 * i as i64), 60.0);
         }
         let at = curve.capacity(0.01).unwrap();
         assert!((4.0..4.8).contains(&at), "{at}");
+    }
+
+    /// Windows at `loads` in turn, each request running `duration(load)` seconds.
+    fn timed(loads: &[f64], duration: impl Fn(f64) -> f64) -> LoadCurve {
+        let mut curve = LoadCurve::default();
+        for i in 0..120 {
+            let load = loads[i % loads.len()];
+            let point = Point {
+                load,
+                requests: 300.0,
+                warned: 0.0,
+                late: 0.0,
+                duration: duration(load),
+            };
+            curve = curve.add(Some(point), t(15 * i as i64), 60.0);
+        }
+        curve
+    }
+
+    #[test]
+    fn the_duration_ratio_reads_a_line_of_request_durations_on_the_load() {
+        // Two seconds, and half a second more per request a pod runs: 4 s at 4 per pod, 5 s at 6.
+        let curve = timed(&[2.0, 3.0, 4.0, 5.0, 6.0], |load| 2.0 + 0.5 * load);
+        let ratio = curve.duration_ratio(4.0, 6.0).unwrap();
+        assert!((ratio - 1.25).abs() < 1e-3, "{ratio}");
+        // Read no further than 1.5 × the highest load seen (6): at 9, 6.5 s.
+        let far = curve.duration_ratio(4.0, 100.0).unwrap();
+        assert!((far - 6.5 / 4.0).abs() < 1e-3, "{far}");
+    }
+
+    #[test]
+    fn durations_unknown_flat_or_on_too_few_loads_say_nothing() {
+        let loads = [2.0, 3.0, 4.0, 5.0, 6.0];
+        assert_eq!(timed(&loads, |_| f64::NAN).duration_ratio(4.0, 6.0), None);
+        assert_eq!(timed(&loads, |_| 3.0).duration_ratio(4.0, 6.0), None);
+        assert_eq!(
+            timed(&loads, |load| 8.0 - load).duration_ratio(4.0, 6.0),
+            None
+        );
+        let two = timed(&[2.0, 4.0], |load| 2.0 + 0.5 * load);
+        assert_eq!(two.duration_ratio(4.0, 6.0), None);
     }
 
     #[test]
@@ -421,7 +525,7 @@ mod tests {
             let mut at = 0;
             for (load, requests, warned, late, gap) in windows {
                 at += gap;
-                curve = curve.add(Some(Point { load, requests, warned, late }), t(at), 60.0);
+                curve = curve.add(Some(Point { load, requests, warned, late, duration: f64::NAN }), t(at), 60.0);
                 prop_assert!(curve.bins.windows(2).all(|w| w[0].index < w[1].index));
                 if let Some(c) = curve.capacity(0.01) {
                     prop_assert!(c.is_finite() && (0.0..=300.0 * REACH).contains(&c));

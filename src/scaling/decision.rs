@@ -9,8 +9,8 @@ use super::recurring;
 use super::stabilization::{Entry, Hold, record, stabilized};
 use super::step::cap_scale_down;
 use super::types::{
-    Decision, DeferReason, Direction, HoldReason, Input, LimitReason, Memory, MetricOutcome,
-    PlanReason, Reason, Rising, Signal,
+    Decision, DeferReason, Direction, DownShare, HoldReason, Input, LimitReason, Memory,
+    MetricOutcome, PlanReason, Reason, Rising, Signal,
 };
 use super::unreadable::{NegativeCount, Unreadable};
 
@@ -161,12 +161,25 @@ fn plan(need: f64, recurring: Option<f64>, input: &Input, reasons: &mut Vec<Reas
             }));
             current
         } else {
-            let kept = match input.down_share.filter(|s| s.is_finite() && *s > 0.0) {
-                Some(share) => round_up(need / share).clamp(measured, current),
+            let down_share = input
+                .down_share
+                .filter(|s| s.share().is_finite() && s.share() > 0.0);
+            let kept = match down_share {
+                Some(share) => round_up(need / share.share()).clamp(measured, current),
                 None => measured,
             };
-            if kept > measured {
-                reasons.push(Reason::Planned(PlanReason::SpareKept { measured, kept }));
+            match down_share {
+                Some(DownShare::Spare(_)) if kept > measured => {
+                    reasons.push(Reason::Planned(PlanReason::SpareKept { measured, kept }));
+                }
+                Some(DownShare::Longer(ratio)) if kept > measured => {
+                    reasons.push(Reason::Planned(PlanReason::LongerAtCapacity {
+                        measured,
+                        kept,
+                        percent: ((ratio - 1.0) * 100.0).round() as i32,
+                    }));
+                }
+                _ => {}
             }
             kept.max(early.unwrap_or(0).min(current))
         }
@@ -1273,7 +1286,7 @@ mod tests {
                 .any(|r| matches!(r, Reason::Planned(PlanReason::SpareKept { .. })))
         );
         // With nine tenths of each pod's capacity to fill, 12 / 0.9 = 13.3: 14 pods.
-        i.down_share = Some(0.9);
+        i.down_share = Some(DownShare::Spare(0.9));
         let spared = decide(&i);
         assert_eq!(spared.write, Some(14));
         assert!(
@@ -1290,8 +1303,24 @@ mod tests {
         i.signal = Signal::Ratio(vec![metric("q", 19.5 / 20.0, 1.0)]);
         let d = decide(&i);
         assert!(d.write.is_none_or(|w| w <= 20), "{:?}", d.write);
+        // Requests that run a quarter longer once the pods are full: 12 × 1.25 = 15 pods.
+        i.signal = twenty_measured_at_twelve(Vec::new()).signal;
+        i.down_share = Some(DownShare::Longer(1.25));
+        let longer = decide(&i);
+        assert_eq!(longer.write, Some(15));
+        assert!(
+            longer
+                .reasons
+                .contains(&Reason::Planned(PlanReason::LongerAtCapacity {
+                    measured: 12,
+                    kept: 15,
+                    percent: 25
+                })),
+            "{:?}",
+            longer.reasons
+        );
         // Nor is a share that is no number read as one.
-        i.down_share = Some(f64::NAN);
+        i.down_share = Some(DownShare::Spare(f64::NAN));
         i.signal = twenty_measured_at_twelve(Vec::new()).signal;
         assert_eq!(decide(&i).write, Some(12));
     }

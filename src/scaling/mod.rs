@@ -54,9 +54,9 @@ pub use startup::{
 };
 pub use step::cap_scale_down;
 pub use types::{
-    AwakeWait, Bounds, Decision, DeferReason, Direction, HoldReason, Input, LimitReason, Memory,
-    MetricOutcome, MetricReading, Pause, PlanReason, Reason, Rising, Rollout, Signal, TargetState,
-    ZeroReason,
+    AwakeWait, Bounds, Decision, DeferReason, Direction, DownShare, HoldReason, Input, LimitReason,
+    Memory, MetricOutcome, MetricReading, Pause, PlanReason, Reason, Rising, Rollout, Signal,
+    TargetState, ZeroReason,
 };
 pub use unreadable::{NegativeCount, Unreadable};
 pub use victims::{

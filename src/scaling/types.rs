@@ -99,10 +99,32 @@ pub struct Input {
     /// off only while the admissions rise too: after a step down, each pod left batches more and
     /// each request runs longer, so the requests in flight climb while the demand stays flat.
     pub admitted: Option<f64>,
-    /// Under an objective whose estimate has met a miss it still remembers: a scale-down sizes
-    /// the fleet for the need over this share, the rest of each pod's learned capacity kept
-    /// spare ([`PlanReason::SpareKept`]). `None`: a scale-down goes to the need.
-    pub down_share: Option<f64>,
+    /// Under an objective whose estimate has met a miss it still remembers: how a scale-down
+    /// sizes the fleet above the need. `None`: a scale-down goes to the need.
+    pub down_share: Option<DownShare>,
+}
+
+/// How a scale-down after a miss sizes the fleet above the need (the requests in flight over
+/// the learned capacity): for the need over [`DownShare::share`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum DownShare {
+    /// Each pod filled to this share of its learned capacity, the rest kept spare
+    /// ([`PlanReason::SpareKept`]).
+    Spare(f64),
+    /// A request runs this many times longer with each pod at its learned capacity than at the
+    /// load the pods carry now, so after the step each pod runs that many times the requests
+    /// counting them says ([`PlanReason::LongerAtCapacity`]).
+    Longer(f64),
+}
+
+impl DownShare {
+    /// The share of a pod's learned capacity the need is counted against.
+    pub fn share(self) -> f64 {
+        match self {
+            DownShare::Spare(share) => share,
+            DownShare::Longer(ratio) => 1.0 / ratio,
+        }
+    }
 }
 
 /// What one metric contributed.
@@ -225,6 +247,16 @@ pub enum PlanReason {
     /// a load it still remembers, so the fleet comes down only to `kept`, each pod left with a
     /// share of its learned capacity spare.
     SpareKept { measured: i32, kept: i32 },
+    /// The measurement alone would scale down to `measured`; the objective has been missed at
+    /// a load it still remembers, and a request runs `percent` % longer with each pod at its
+    /// learned capacity than now (the load curve's line of request durations), so the fleet
+    /// comes down only to `kept`, the count at which the requests running then fill the pods
+    /// to their capacity and no further.
+    LongerAtCapacity {
+        measured: i32,
+        kept: i32,
+        percent: i32,
+    },
     /// Sized for the need now grown by the rise the remembered periods saw between now and one
     /// start-up ahead, above what was measured: the rise they all saw is started before it shows.
     Recurring {
