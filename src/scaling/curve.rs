@@ -253,8 +253,9 @@ impl LoadCurve {
         }))?;
         let reach = line.highest * REACH;
         let at = |load: f64| line.intercept + line.slope * load.min(reach);
+        // A line through steep points may cross zero below them: no duration is negative.
         let ratio = at(to) / at(from);
-        (at(from) > 0.0 && ratio.is_finite()).then_some(ratio)
+        (at(from) > 0.0 && at(to) > 0.0 && ratio.is_finite()).then_some(ratio)
     }
 }
 
@@ -517,18 +518,25 @@ mod tests {
         #[test]
         fn any_windows_make_a_finite_capacity_or_none(
             windows in proptest::collection::vec(
-                (0.0f64..300.0, 0.0f64..500.0, 0.0f64..1.0, 0.0f64..1.0, 1i64..120),
+                (0.0f64..300.0, 0.0f64..500.0, 0.0f64..1.0, 0.0f64..1.0, 1i64..120, -1.0f64..600.0),
                 0..80,
             ),
+            from in 0.0f64..300.0,
+            to in 0.0f64..300.0,
         ) {
             let mut curve = LoadCurve::default();
             let mut at = 0;
-            for (load, requests, warned, late, gap) in windows {
+            for (load, requests, warned, late, gap, duration) in windows {
                 at += gap;
-                curve = curve.add(Some(Point { load, requests, warned, late, duration: f64::NAN }), t(at), 60.0);
+                curve = curve.add(Some(Point { load, requests, warned, late, duration }), t(at), 60.0);
                 prop_assert!(curve.bins.windows(2).all(|w| w[0].index < w[1].index));
                 if let Some(c) = curve.capacity(0.01) {
                     prop_assert!(c.is_finite() && (0.0..=300.0 * REACH).contains(&c));
+                }
+                // The durations' line rises: a request never runs shorter at a higher load.
+                if let Some(ratio) = curve.duration_ratio(from, to) {
+                    prop_assert!(ratio.is_finite() && ratio > 0.0);
+                    prop_assert!((ratio >= 1.0 - 1e-9) == (to >= from) || (ratio - 1.0).abs() < 1e-9);
                 }
             }
         }
