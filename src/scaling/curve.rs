@@ -241,7 +241,8 @@ impl LoadCurve {
 
     /// How many times longer a request runs at `to` requests per pod than at `from`: the ratio
     /// of a line of the mean duration on the load (least squares over the bins, each weighted by
-    /// its timed requests), if the curve has enough timed bins and the line rises. Like the
+    /// its timed requests), if the curve has enough timed bins and the line rises by more than its
+    /// points scatter (a flat line that noise tilts says nothing). Like the
     /// capacity, the line is read at most [`REACH`] times past the highest load it has seen.
     pub fn duration_ratio(&self, from: f64, to: f64) -> Option<f64> {
         let line = rising_line(self.bins.iter().filter_map(|b| {
@@ -250,7 +251,8 @@ impl LoadCurve {
                 let load = f64::from(b.load) / f64::from(b.requests);
                 (n, load, f64::from(b.duration) / n)
             })
-        }))?;
+        }))
+        .filter(Line::rises_beyond_noise)?;
         let reach = line.highest * REACH;
         let at = |load: f64| line.intercept + line.slope * load.min(reach);
         // A line through steep points may cross zero below them: no duration is negative.
@@ -259,30 +261,49 @@ impl LoadCurve {
     }
 }
 
-/// A line fitted by weighted least squares, and the highest abscissa it was fitted on.
+/// A line fitted by weighted least squares, the standard error of its slope (from the
+/// residuals about it) and the highest abscissa it was fitted on.
 struct Line {
     slope: f64,
+    slope_error: f64,
+    /// The points' count less the line's two parameters.
+    freedom: usize,
     intercept: f64,
     highest: f64,
 }
 
+impl Line {
+    /// Whether the slope is told apart from a flat line: more than the two-sided 95% quantile of
+    /// Student's t at the line's degrees of freedom times its standard error. Noise about a flat
+    /// line tilts its fit one way or the other; a line read on it would size a fleet on noise.
+    fn rises_beyond_noise(&self) -> bool {
+        // The two-sided 95% quantiles of Student's t for 1 to 10 degrees of freedom; with more,
+        // the tenth's (a little above the normal's 1.96) is kept.
+        const T_975: [f64; 10] = [
+            12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+        ];
+        let t = T_975[self.freedom.clamp(1, T_975.len()) - 1];
+        self.slope > t * self.slope_error
+    }
+}
+
 /// The line through `(weight, x, y)` points, if there are at least [`MIN_BINS`] of them and it
-/// rises.
+/// rises. The weights are the inverses of the points' variances up to one common factor, which
+/// the residuals estimate for the slope's error.
 fn rising_line(points: impl Iterator<Item = (f64, f64, f64)>) -> Option<Line> {
+    let points: Vec<(f64, f64, f64)> = points.collect();
+    if points.len() < MIN_BINS {
+        return None;
+    }
     let (mut sw, mut sx, mut sy, mut sxx, mut sxy) = (0.0, 0.0, 0.0, 0.0, 0.0);
     let mut highest: f64 = 0.0;
-    let mut count = 0;
-    for (w, x, y) in points {
+    for &(w, x, y) in &points {
         sw += w;
         sx += w * x;
         sy += w * y;
         sxx += w * x * x;
         sxy += w * x * y;
         highest = highest.max(x);
-        count += 1;
-    }
-    if count < MIN_BINS {
-        return None;
     }
     let det = sw * sxx - sx * sx;
     if det.is_nan() || det <= 0.0 {
@@ -292,9 +313,18 @@ fn rising_line(points: impl Iterator<Item = (f64, f64, f64)>) -> Option<Line> {
     if slope.is_nan() || slope <= 0.0 {
         return None;
     }
+    let intercept = (sy - slope * sx) / sw;
+    let freedom = points.len() - 2;
+    let residual: f64 = points
+        .iter()
+        .map(|&(w, x, y)| w * (y - intercept - slope * x).powi(2))
+        .sum::<f64>()
+        / freedom as f64;
     Some(Line {
         slope,
-        intercept: (sy - slope * sx) / sw,
+        slope_error: (residual * sw / det).sqrt(),
+        freedom,
+        intercept,
         highest,
     })
 }
@@ -427,6 +457,25 @@ mod tests {
         );
         let two = timed(&[2.0, 4.0], |load| 2.0 + 0.5 * load);
         assert_eq!(two.duration_ratio(4.0, 6.0), None);
+    }
+
+    #[test]
+    fn durations_scattered_about_a_flat_line_say_nothing() {
+        // About 3 s at every load, the scatter tilting the fitted line up (0.03 s per request):
+        // read on it, a scale-down would keep pods for a lengthening that is not there.
+        let scattered = |load: f64| match load as u8 {
+            2 => 3.0,
+            3 => 3.3,
+            4 => 2.8,
+            5 => 3.4,
+            _ => 3.1,
+        };
+        let curve = timed(&[2.0, 3.0, 4.0, 5.0, 6.0], scattered);
+        assert_eq!(curve.duration_ratio(4.0, 6.0), None);
+        // The same scatter about a line that rises by half a second per request is read.
+        let rising = timed(&[2.0, 3.0, 4.0, 5.0, 6.0], |load| scattered(load) + 0.5 * load);
+        let ratio = rising.duration_ratio(4.0, 6.0).unwrap();
+        assert!((1.15..1.35).contains(&ratio), "{ratio}");
     }
 
     #[test]
