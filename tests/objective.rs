@@ -198,8 +198,9 @@ async fn from_a_wrong_prior_the_fleet_converges_to_what_the_objective_needs_with
     // The misses bring the estimate down and the fleet up; a cut can undershoot the capacity
     // by the severe cut (0.7 × the load at a miss), so the fleet may pass the 6 pods it needs
     // on the way, by no more than that (9). Probes then bring it back toward 6: with a miss
-    // remembered a scale-down keeps a tenth of each pod spare, so it stops at the need over 0.9
-    // of the estimate, where it stays.
+    // remembered a scale-down keeps a tenth of each pod spare (this fleet's requests run as
+    // long at any load, so the load curve's line of durations says nothing), so it stops at the
+    // need over 0.9 of the estimate, where it stays.
     let highest = std::cell::Cell::new(0);
     let converged = common::eventually(
         "the fleet at the size the objective needs, a tenth spare",
