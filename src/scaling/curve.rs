@@ -473,7 +473,9 @@ mod tests {
         let curve = timed(&[2.0, 3.0, 4.0, 5.0, 6.0], scattered);
         assert_eq!(curve.duration_ratio(4.0, 6.0), None);
         // The same scatter about a line that rises by half a second per request is read.
-        let rising = timed(&[2.0, 3.0, 4.0, 5.0, 6.0], |load| scattered(load) + 0.5 * load);
+        let rising = timed(&[2.0, 3.0, 4.0, 5.0, 6.0], |load| {
+            scattered(load) + 0.5 * load
+        });
         let ratio = rising.duration_ratio(4.0, 6.0).unwrap();
         assert!((1.15..1.35).contains(&ratio), "{ratio}");
     }
