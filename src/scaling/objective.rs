@@ -443,18 +443,18 @@ pub fn apply(input: &Input, learnt: &Learnt, before: &Capacity) -> Input {
 /// Counting them at the duration they will have, the step stops where the pods reach their
 /// capacity, not past it. Measured in the lab against the fixed spare (4 seeds, the two
 /// real-length days, 90, 180 and 300 s): on the L40S `burstgpt-24h` went from 99.67%, 99.81%
-/// and 99.43% goodput to 99.84%, 99.94% and 99.77% at 0.95–1.02× the replica-hours with about
-/// half the direction changes (152, 69 and 203 over the two days to 67, 29 and 120), and
+/// and 99.43% goodput to 99.84%, 99.94% and 99.82% at 0.95–1.02× the replica-hours with about
+/// half the direction changes (152, 69 and 203 over the two days to 67, 29 and 111), and
 /// `diurnal-24h` from 99.66%, 99.62% and 99.32% to 99.74%, 99.72% and 99.64% at 0.99× (50, 49
-/// and 31 changes to 23, 26 and 10); on the L4 both days took 0–4% fewer replica-hours at
+/// and 31 changes to 23, 26 and 10); on the L4 both days took 0–5% fewer replica-hours at
 /// 99.31–99.41% (from 99.33–99.45%), with 30–60% more direction changes (`burstgpt-24h` 137–165
-/// to 183–216, the HPA's defaults 286–328). The lab's hour-long traces (8 seeds) moved by −6%
-/// to +1% (the step on both cards 3–6% fewer), every goodput within 0.03 point but the L40S's
-/// conversation shape at 300 s (99.55% to 99.38%). Applied to every scale-down, before
-/// any miss as well, it cost the L40S's flat traces 6–20% more replica-hours (the Azure
-/// conversation log 1.12–1.20×, steady 1.10–1.17×): a fleet descending from a large start
-/// stops at each step where the pods would carry the estimate, and the estimate, which probes up
-/// only on loads near it, climbs more slowly.
+/// to 176–212, the HPA's defaults 286–328). The lab's hour-long traces (8 seeds) moved by −3%
+/// to +1% (the L40S's step 3% fewer), every goodput within 0.03 point but the L40S's
+/// conversation shape (99.68% to 99.75% at 180 s, 99.55% to 99.38% at 300 s). Applied to every
+/// scale-down, before any miss as well, it cost the L40S's flat traces 6–20% more replica-hours
+/// (the Azure conversation log 1.12–1.20×, steady 1.10–1.17×): a fleet descending from a large
+/// start stops at each step where the pods would carry the estimate, and the estimate, which
+/// probes up only on loads near it, climbs more slowly.
 fn down_share(learnt: &Learnt, now: Option<f64>) -> DownShare {
     now.filter(|n| n.is_finite() && *n > 0.0)
         .and_then(|now| learnt.curve.duration_ratio(now, learnt.capacity.per_pod))
