@@ -28,7 +28,10 @@
 //! Each bin also keeps how long its requests ran (by Little's law, the requests one pod ran
 //! over those it admitted a second): a line of that duration on the load tells how much longer a
 //! request runs once a step down has filled the pods, which sizes a scale-down after a miss
-//! ([`LoadCurve::duration_ratio`]).
+//! ([`LoadCurve::duration_ratio`]). That line is read only where its slope stands out of the
+//! scatter of its points: durations flat but noisy tilt a fitted line one way or the other, and
+//! on a control-plane fleet whose requests ran as long at any load the tilt, read as a rise,
+//! rested the fleet a pod away from where the fixed spare puts it.
 //!
 //! It lives in the operator's process, not in status (it changes at every sync): a restart
 //! starts it afresh, which leaves the estimate uncapped until it has points again.
