@@ -308,7 +308,13 @@ fn looked_ahead(decision: &Decision) -> Option<String> {
             kept,
             percent,
         }) => Some(format!(
-            "sized at {kept} because a request runs {percent}% longer with each pod at its learned capacity than now, after a missed objective ({measured} measured)"
+            "sized at {kept} because a request runs {} longer with each pod at its learned capacity than now, after a missed objective ({measured} measured)",
+            // A ratio just above 1 still rounds a count up, and "0% longer" would read as none.
+            if *percent < 1 {
+                "less than 1%".to_string()
+            } else {
+                format!("{percent}%")
+            }
         )),
         Reason::Planned(PlanReason::LookedAhead {
             measured,
@@ -655,6 +661,18 @@ mod tests {
         assert_eq!(
             notes[0].message,
             "scaled Deployment/vllm from 20 to 15; sized at 15 because a request runs 22% longer with each pod at its learned capacity than now, after a missed objective (12 measured)"
+        );
+        // A ratio just above one, which still rounded the count up, is not said as none.
+        let barely = Reason::Planned(PlanReason::LongerAtCapacity {
+            measured: 12,
+            kept: 13,
+            percent: 0,
+        });
+        let notes = decision_notes(&scaler(), &writing(13, barely), &settled(20), false);
+        assert!(
+            notes[0].message.contains("runs less than 1% longer"),
+            "{}",
+            notes[0].message
         );
     }
 
