@@ -96,6 +96,29 @@ fn the_lab_runs_every_policy_and_writes_its_report() {
         md.contains("| trace | start-up | 95% | 99% | 99.9% |"),
         "{md}"
     );
+    // Beside the cost bound, the room a policy without the future has: the reactive bound's
+    // cheapest headroom to the level, where a peer and a headroom reach it.
+    let header = md
+        .lines()
+        .find(|l| l.starts_with("| trace | start-up | operator: attained, replica-h |"))
+        .unwrap();
+    let reactive_column = header
+        .split('|')
+        .position(|c| c.trim() == "reactive ÷ cheapest")
+        .unwrap_or_else(|| panic!("{header}"));
+    let reactive: Vec<f64> = md
+        .lines()
+        .filter(|l| {
+            l.split('|')
+                .nth(2)
+                .is_some_and(|c| c.trim().ends_with(" s"))
+        })
+        .filter_map(|l| l.split('|').nth(reactive_column)?.trim().parse().ok())
+        .collect();
+    assert!(
+        !reactive.is_empty() && reactive.iter().all(|r| *r > 0.0),
+        "{reactive:?} {md}"
+    );
     assert!(
         md.contains("| step | 60 s |")
             && md.contains("| idle | 60 s |")

@@ -1003,8 +1003,10 @@ fn render_summary(grouped: &BTreeMap<CellKey, Vec<Runs>>) -> String {
 }
 
 /// `grouped` with the peer families of an earlier run's results file added to each cell that ran
-/// none of that family (the operator and the oracle are never taken from it), for the seeds this
-/// run ran, in order, so the paired intervals pair like seeds.
+/// none of that family (the operator is never taken from it; the oracle's settings, the reactive
+/// bound among them, are taken as a peer's are, so the verdict shows the room a policy without
+/// the future has), for the seeds this run ran, in order, so the paired intervals pair like
+/// seeds.
 fn with_peers_from(
     grouped: &BTreeMap<CellKey, Vec<Runs>>,
     path: &Path,
@@ -1028,7 +1030,6 @@ fn with_peers_from(
             r.trace == trace.name()
                 && r.startup == *delay
                 && r.family != "operator"
-                && r.family != "oracle"
                 && !ran.contains(&r.family)
                 && r.seed < seeds
         }) {
@@ -1067,9 +1068,14 @@ fn render_verdicts(
          between two settings of its frontier (interpolated seed by seed); the operator runs its \
          defaults, one spec for every cell. `operator ÷ cheapest` is their replica-hours with a \
          paired 95% bootstrap interval: on the tuned frontier at ≤ {frontier:.2}, a win at ≤ {win:.2}. \
-         `bound ÷ cheapest` is how much room any policy has in the cell.\n\n\
-         | trace | start-up | operator: attained, replica-h | cheapest peer at {level}% | its replica-h | operator ÷ cheapest | bound ÷ cheapest | oscillations (operator / HPA) | cannot reach {level}% | standing |\n\
-         | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- | --- |\n",
+         `bound ÷ cheapest` is how much room any policy has in the cell, with its pods started at \
+         once; `reactive ÷ cheapest` is what a policy pays that waits a start-up for its pods, knows each \
+         pod's capacity and every arrival so far but not the future, and holds a multiple of the \
+         busiest recent minute's need (the reactive bound, its multiple chosen for the cell as a \
+         peer's setting is): not a bound on every such policy, since bursts it holds for are \
+         paid, but the price of the future it cannot see.\n\n\
+         | trace | start-up | operator: attained, replica-h | cheapest peer at {level}% | its replica-h | operator ÷ cheapest | bound ÷ cheapest | reactive ÷ cheapest | oscillations (operator / HPA) | cannot reach {level}% | standing |\n\
+         | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |\n",
         level = pct(verdict::LEVEL),
         frontier = verdict::ON_FRONTIER,
         win = verdict::WIN,
@@ -1083,7 +1089,7 @@ fn render_verdicts(
         let cheapest = v.cheapest.as_ref();
         let _ = writeln!(
             md,
-            "| {} | {delay} s | {:.2}%, {:.1} | {} | {} | {} | {} | {:.1} / {:.1} | {} | {} |",
+            "| {} | {delay} s | {:.2}%, {:.1} | {} | {} | {} | {} | {} | {:.1} / {:.1} | {} | {} |",
             trace.name(),
             100.0 * v.attained,
             v.hours,
@@ -1091,6 +1097,8 @@ fn render_verdicts(
             cheapest.map_or_else(|| "-".to_owned(), |c| format!("{:.1}", c.mean_hours())),
             ratio_cell(&v),
             v.bound_vs_cheapest
+                .map_or_else(|| "-".to_owned(), |r| format!("{r:.2}")),
+            v.reactive_vs_cheapest
                 .map_or_else(|| "-".to_owned(), |r| format!("{r:.2}")),
             v.oscillations.0,
             v.oscillations.1,

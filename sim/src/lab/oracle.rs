@@ -153,9 +153,18 @@ impl Reactive {
     }
 }
 
+/// How every reactive bound's label begins: its settings are told from the oracle's (the same
+/// family in the results) by it.
+pub const REACTIVE: &str = "reactive bound";
+
+/// Whether a setting's label is one of the reactive bound's.
+pub fn is_reactive(label: &str) -> bool {
+    label.starts_with(REACTIVE)
+}
+
 impl Policy for Reactive {
     fn label(&self) -> String {
-        format!("reactive bound ×{} headroom", self.headroom)
+        format!("{REACTIVE} ×{} headroom", self.headroom)
     }
 
     fn period(&self) -> f64 {

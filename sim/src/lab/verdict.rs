@@ -8,6 +8,7 @@
 //! The cell is on the tuned frontier when the operator reaches the level for at most the cheapest
 //! peer's replica-hours, and a win by a margin at 0.85× or less.
 
+use crate::lab::oracle::{REACTIVE, is_reactive};
 use crate::lab::report::{Interval, Runs, oscillations, paired_difference, summarize};
 use crate::lab::run::Outcome;
 
@@ -40,9 +41,28 @@ impl Cheapest {
 /// that reaches the level, or the point on the segment from the setting before it where the
 /// level is crossed. `None` when no setting reaches the level.
 pub fn cheapest_at(runs: &[Runs], family: &str, level: f64) -> Option<Cheapest> {
+    cheapest_among(runs, family, level, |r| r.family == family)
+}
+
+/// The reactive bound's cheapest way to attain `level`, its headroom chosen for the cell as a
+/// peer's setting is: what a policy that knows each pod's capacity and every arrival so far,
+/// but not the future, pays there.
+pub fn reactive_at(runs: &[Runs], level: f64) -> Option<Cheapest> {
+    cheapest_among(runs, REACTIVE, level, |r| {
+        r.family == "oracle" && is_reactive(&r.label)
+    })
+}
+
+/// [`cheapest_at`] over the settings `pick` takes, named `family`.
+fn cheapest_among(
+    runs: &[Runs],
+    family: &str,
+    level: f64,
+    pick: impl Fn(&Runs) -> bool,
+) -> Option<Cheapest> {
     let mut settings: Vec<(&Runs, f64, f64)> = runs
         .iter()
-        .filter(|r| r.family == family && !r.outcomes.is_empty())
+        .filter(|r| pick(r) && !r.outcomes.is_empty())
         .map(|r| {
             let s = summarize(&r.outcomes);
             (r, s.replica_hours, s.attainment)
@@ -126,6 +146,12 @@ pub struct Verdict {
     pub ratio_interval: Option<Interval>,
     /// The cost bound over the cheapest peer: how much room any policy has in the cell.
     pub bound_vs_cheapest: Option<f64>,
+    /// The reactive bound's cheapest way to the level over the cheapest peer: what a policy
+    /// pays that knows each pod's capacity and every arrival so far, but not the future, and
+    /// waits a start-up for its pods as every policy in the lab does (the cost bound starts
+    /// them at once). Not a bound on every such policy: it holds a multiple of the busiest
+    /// recent minute, so it pays for every burst.
+    pub reactive_vs_cheapest: Option<f64>,
     /// Oscillations of the operator's defaults and of the HPA's, and their paired difference.
     pub oscillations: (f64, f64),
     pub oscillations_vs_hpa: Option<Interval>,
@@ -211,6 +237,10 @@ fn judge_runs(runs: &[Runs], op: &Runs, level: f64, bound: f64) -> Verdict {
         attained: mine.attainment,
         hours: mine.replica_hours,
         bound_vs_cheapest: cheapest.as_ref().map(|c| bound / c.mean_hours()),
+        reactive_vs_cheapest: cheapest
+            .as_ref()
+            .zip(reactive_at(runs, level))
+            .map(|(c, reactive)| reactive.mean_hours() / c.mean_hours()),
         cheapest,
         ratio,
         ratio_interval,
@@ -481,6 +511,48 @@ mod tests {
         let v = judge(&cell(&[(1000, 30.0, 2); 3]), 0.9995, 4.0).unwrap();
         assert_eq!(v.standing(), Standing::Alone);
         assert!(judge(&cell(&[])[1..], LEVEL, 4.0).is_none());
+    }
+
+    #[test]
+    fn the_reactive_bound_is_the_room_a_policy_that_cannot_see_the_future_has() {
+        // Its headroom is chosen per cell as a peer's setting is: at 99% it lies halfway between
+        // ×1 (98.5%, 6 h) and ×1.5 (99.5%, 9 h), 7.5 h against the HPA's 10. The oracle's own
+        // settings (it knows the future) are not among it, nor are the peers' settings.
+        let mut runs = cell(&[(995, 8.0, 2); 3]);
+        runs.push(setting(
+            "oracle (knows the future) ×1.5 headroom",
+            "oracle",
+            false,
+            &[(999, 6.0, 0); 3],
+        ));
+        runs.push(setting(
+            "reactive bound ×1 headroom",
+            "oracle",
+            false,
+            &[(985, 6.0, 0); 3],
+        ));
+        runs.push(setting(
+            "reactive bound ×1.5 headroom",
+            "oracle",
+            false,
+            &[(995, 9.0, 0); 3],
+        ));
+        let reactive = reactive_at(&runs, LEVEL).unwrap();
+        assert_eq!(
+            reactive.setting,
+            "between reactive bound ×1 headroom and reactive bound ×1.5 headroom"
+        );
+        let v = judge(&runs, LEVEL, 4.0).unwrap();
+        assert!(
+            (v.reactive_vs_cheapest.unwrap() - 0.75).abs() < 1e-9,
+            "{v:?}"
+        );
+        // Its room is not the peers': the cheapest peer is still the HPA.
+        assert_eq!(v.cheapest.as_ref().unwrap().family, "HPA");
+        // A level none of its headrooms reaches, or a cell without it: no room to show.
+        assert!(reactive_at(&runs, 0.999).is_none());
+        let without = judge(&cell(&[(995, 8.0, 2); 3]), LEVEL, 4.0).unwrap();
+        assert_eq!(without.reactive_vs_cheapest, None);
     }
 
     #[test]
