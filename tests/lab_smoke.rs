@@ -189,7 +189,28 @@ fn the_lab_runs_every_policy_and_writes_its_report() {
         let picture = std::fs::read_to_string(out.join(svg)).unwrap();
         assert!(picture.contains("llmscaleoperator"), "{svg}");
     }
+    // The operator alone, judged against this run's results file (`--only operator
+    // --peers-from`): the summary and the verdict are the full run's, since the operator is
+    // deterministic and every peer and the oracle come from the file, seed for seed.
+    let rerun_out = out.with_extension("rerun");
+    let rerun = run_lab(&Lab {
+        families: Some(vec!["operator".to_owned()]),
+        peers_from: Some(out.join(lab::RESULTS_CSV)),
+        out: rerun_out.clone(),
+        ..lab
+    });
+    let judged = |md: &str| -> String {
+        let from = md.find("### 60 s start-up: SLO attained").unwrap();
+        let to = md[from..].find("\n## ").map_or(md.len(), |i| from + i);
+        md[from..to].to_owned()
+    };
+    assert!(
+        !rerun.contains("| HPA (target 8) | ") && rerun.contains("also take the peers"),
+        "only the operator ran again: {rerun}"
+    );
+    assert_eq!(judged(&rerun), judged(&md));
     std::fs::remove_dir_all(&out).unwrap();
+    std::fs::remove_dir_all(&rerun_out).unwrap();
 }
 
 /// The entrant runs the law that ships, every stage of it: with a fallback in its spec, a

@@ -613,19 +613,19 @@ pub fn run_lab(lab: &Lab) -> String {
             lab.objective,
         ));
     }
-    md.push_str(&render_summary(&grouped));
-    match &lab.peers_from {
-        Some(path) => {
-            let judged = with_peers_from(&grouped, path);
-            let _ = writeln!(
-                md,
-                "The verdict below also judges against the peers of {} (an earlier run), in the cells where this run ran none of their family.\n",
-                path.display()
-            );
-            md.push_str(&render_verdicts(&judged, &mean_bounds));
-        }
-        None => md.push_str(&render_verdicts(&grouped, &mean_bounds)),
-    }
+    // An operator-only run judged against an earlier run's peers: the summary and the verdict
+    // read the cells joined, the per-cell tables below only what this run ran.
+    let joined = lab.peers_from.as_ref().map(|path| {
+        let _ = writeln!(
+            md,
+            "The summary and the verdict below also take the peers and the oracle of {} (an earlier run), in the cells where this run ran none of their family.\n",
+            path.display()
+        );
+        with_peers_from(&grouped, path)
+    });
+    let judged = joined.as_ref().unwrap_or(&grouped);
+    md.push_str(&render_summary(judged));
+    md.push_str(&render_verdicts(judged, &mean_bounds));
     for (key, runs) in &grouped {
         let bound = mean_bounds.get(key).copied().unwrap_or(f64::NAN);
         render_cell(&mut md, dir, &key.0, key.1, runs, bound);
@@ -1004,9 +1004,9 @@ fn render_summary(grouped: &BTreeMap<CellKey, Vec<Runs>>) -> String {
 
 /// `grouped` with the peer families of an earlier run's results file added to each cell that ran
 /// none of that family (the operator is never taken from it; the oracle's settings, the reactive
-/// bound among them, are taken as a peer's are, so the verdict shows the room a policy without
-/// the future has), for the seeds this run ran, in order, so the paired intervals pair like
-/// seeds.
+/// bound among them, are taken as a peer's are, so the summary has its reference and the
+/// verdict the room a policy without the future has), for the seeds this run ran, in order, so
+/// the paired intervals pair like seeds.
 fn with_peers_from(
     grouped: &BTreeMap<CellKey, Vec<Runs>>,
     path: &Path,
