@@ -361,6 +361,10 @@ impl Policy for Operator {
             target: f64::NAN,
             kind: TargetType::Value,
         });
+        // The reading the fleet is sized on this sync, for the trace below.
+        let sized_on = objective
+            .as_ref()
+            .and_then(|o| o.value.as_ref().ok().copied());
         let metrics = self.spec.metrics.is_some().then(|| MetricReading {
             name: "in-flight".into(),
             value,
@@ -421,10 +425,12 @@ impl Policy for Operator {
             // OBJECTIVE_TRACE=1 prints what each sync learned (for studying the estimator).
             if std::env::var_os("OBJECTIVE_TRACE").is_some() {
                 eprintln!(
-                    "{} t={:.0} spec={} rec={:?} desired={} est={:.2} missed={:?} curve={:?} {:?} {:?} reasons={:?}",
+                    "{} t={:.0} spec={} ready={} now={:?} rec={:?} desired={} est={:.2} missed={:?} curve={:?} {:?} {:?} reasons={:?}",
                     self.label,
                     view.now,
                     view.spec,
+                    view.ready(),
+                    sized_on,
                     step.decision.recommendation,
                     step.decision.desired,
                     learnt.capacity.per_pod,
