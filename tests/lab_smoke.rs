@@ -141,6 +141,12 @@ fn the_lab_runs_every_policy_and_writes_its_report() {
             .any(|l| l.starts_with("| operator | llmscaleoperator | ") && l.contains(" of ")),
         "{md}"
     );
+    // … and the reactive bound kept at one headroom, beside the peers.
+    assert!(
+        md.lines()
+            .any(|l| l.starts_with("| reactive bound | reactive bound ×") && l.contains(" of ")),
+        "{md}"
+    );
     // Every cell states its cost bound, and the oracle spends more than it.
     assert_eq!(md.matches("Cost bound: ").count(), 3, "{md}");
     let oracle_over_bound: f64 = md

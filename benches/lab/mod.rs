@@ -1191,8 +1191,9 @@ fn render_verdicts(
     md
 }
 
-/// Each family at one setting for every trace of a start-up delay, as a user keeps it, against
-/// each cell's cheapest peer tuned for that cell (`verdict::everywhere`).
+/// Each family at one setting for every trace of a start-up delay, as a user keeps it, and the
+/// reactive bound at one headroom, against each cell's cheapest peer tuned for that cell
+/// (`verdict::everywhere`).
 fn render_everywhere(grouped: &BTreeMap<CellKey, Vec<Runs>>) -> String {
     let mut md = String::new();
     let mut delays: Vec<u64> = grouped.keys().map(|(_, d)| *d).collect();
@@ -1212,7 +1213,9 @@ fn render_everywhere(grouped: &BTreeMap<CellKey, Vec<Runs>>) -> String {
         let _ = writeln!(
             md,
             "\n**One setting everywhere**, {delay} s start-up: each family kept at one setting for \
-             every trace, as it is deployed (the settings no other of the family beats both on the \
+             every trace, as it is deployed, and the reactive bound at one headroom for every \
+             trace (what a policy that knows each pod's capacity exactly pays for nothing tuned \
+             per trace) (the settings no other of the family beats both on the \
              traces, of the {reachable} where some peer setting reaches {level}%, it reaches the \
              level in and on its worst ratio there), its replica-hours over each trace's cheapest \
              peer setting tuned for that trace:\n\n\

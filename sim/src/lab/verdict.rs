@@ -287,12 +287,14 @@ impl Everywhere {
     }
 }
 
-/// The operator's defaults and, for each peer family, the settings a user could keep for every
-/// one of `cells`: those no other setting of the family beats on both counts, the cells (where
-/// any peer setting reaches `level`) it reaches the level in and its worst ratio there to the
-/// cell's cheapest peer. The verdict per cell compares one spec with a peer tuned for each cell;
-/// this compares it with each peer at one setting for all. The operator's defaults first, then
-/// by family, most cells reached first.
+/// The operator's defaults and, for each peer family and the reactive bound, the settings a
+/// user could keep for every one of `cells`: those no other setting of the family beats on both
+/// counts, the cells (where any peer setting reaches `level`) it reaches the level in and its
+/// worst ratio there to the cell's cheapest peer. The verdict per cell compares one spec with a
+/// peer tuned for each cell; this compares it with each peer at one setting for all, and with
+/// what one headroom for all costs a policy that knows each pod's capacity exactly (the reactive
+/// bound, whose headroom the verdict chooses per cell). The operator's defaults first, then by
+/// family, most cells reached first.
 pub fn everywhere(cells: &[&[Runs]], level: f64) -> Vec<Everywhere> {
     let cheapest: Vec<Option<f64>> = cells
         .iter()
@@ -306,17 +308,18 @@ pub fn everywhere(cells: &[&[Runs]], level: f64) -> Vec<Everywhere> {
     let reachable: Vec<usize> = (0..cells.len())
         .filter(|i| cheapest[*i].is_some())
         .collect();
+    // The reactive bound's settings are the oracle family's in the results: named apart here.
+    let family_of = |r: &Runs| -> Option<String> {
+        match r.family.as_str() {
+            "operator" => r.default.then(|| r.family.clone()),
+            "oracle" => is_reactive(&r.label).then(|| REACTIVE.to_owned()),
+            _ => Some(r.family.clone()),
+        }
+    };
     let mut candidates: Vec<(String, String)> = cells
         .iter()
         .flat_map(|runs| runs.iter())
-        .filter(|r| {
-            if r.family == "operator" {
-                r.default
-            } else {
-                r.family != "oracle"
-            }
-        })
-        .map(|r| (r.family.clone(), r.label.clone()))
+        .filter_map(|r| Some((family_of(r)?, r.label.clone())))
         .collect();
     candidates.sort();
     candidates.dedup();
@@ -326,9 +329,9 @@ pub fn everywhere(cells: &[&[Runs]], level: f64) -> Vec<Everywhere> {
             let reached = reachable
                 .iter()
                 .filter_map(|&i| {
-                    let run = cells[i]
-                        .iter()
-                        .find(|r| r.family == family && r.label == setting)?;
+                    let run = cells[i].iter().find(|r| {
+                        r.label == setting && family_of(r).is_some_and(|f| f == family)
+                    })?;
                     let s = summarize(&run.outcomes);
                     let best = cheapest[i]?;
                     (!run.outcomes.is_empty() && s.attainment >= level)
@@ -608,6 +611,77 @@ mod tests {
         assert!(
             kept.iter().all(|e| e.setting != "HPA (target 4)"),
             "{kept:?}"
+        );
+    }
+
+    #[test]
+    fn the_reactive_bound_kept_at_one_headroom_is_judged_everywhere_and_the_oracle_is_not() {
+        // The HPA's target 8 is each cell's cheapest peer: 10 h on the flat cell, 40 h on the
+        // step. The reactive bound at ×1 reaches the flat cell for 6 h and not the step; at ×2
+        // both, for 12 h and 30 h. The oracle that knows the future reaches both and is no
+        // setting anyone can keep.
+        let flat = [
+            setting("llmscaleoperator", "operator", true, &[(995, 12.0, 1); 3]),
+            setting("HPA (target 8)", "HPA", false, &[(992, 10.0, 1); 3]),
+            setting("oracle", "oracle", true, &[(999, 5.0, 0); 3]),
+            setting(
+                "reactive bound ×1 headroom",
+                "oracle",
+                false,
+                &[(995, 6.0, 0); 3],
+            ),
+            setting(
+                "reactive bound ×2 headroom",
+                "oracle",
+                false,
+                &[(999, 12.0, 0); 3],
+            ),
+        ];
+        let step = [
+            setting("llmscaleoperator", "operator", true, &[(995, 44.0, 1); 3]),
+            setting("HPA (target 8)", "HPA", false, &[(991, 40.0, 1); 3]),
+            setting("oracle", "oracle", true, &[(999, 20.0, 0); 3]),
+            setting(
+                "reactive bound ×1 headroom",
+                "oracle",
+                false,
+                &[(950, 20.0, 0); 3],
+            ),
+            setting(
+                "reactive bound ×2 headroom",
+                "oracle",
+                false,
+                &[(992, 30.0, 0); 3],
+            ),
+        ];
+        let all = everywhere(&[&flat, &step], LEVEL);
+        let names: Vec<(&str, &str)> = all
+            .iter()
+            .map(|e| (e.family.as_str(), e.setting.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("operator", "llmscaleoperator"),
+                ("HPA", "HPA (target 8)"),
+                (REACTIVE, "reactive bound ×2 headroom"),
+                (REACTIVE, "reactive bound ×1 headroom"),
+            ]
+        );
+        // At ×2 it reaches both cells, at 1.2× the flat cell's cheapest peer and 0.75× the
+        // step's; at ×1 only the flat cell, at 0.6×.
+        let (cell, ratio) = all[2].worst().unwrap();
+        assert_eq!((cell, all[2].reached.len()), (0, 2));
+        assert!((ratio - 1.2).abs() < 1e-9, "{:?}", all[2]);
+        assert!((all[2].reached[1].1 - 0.75).abs() < 1e-9, "{:?}", all[2]);
+        let (cell, ratio) = all[3].worst().unwrap();
+        assert_eq!((cell, all[3].reached.len()), (0, 1));
+        assert!((ratio - 0.6).abs() < 1e-9, "{:?}", all[3]);
+        // The reactive bound is no peer: the cells' cheapest stay the HPA's.
+        assert!(
+            (all[1].worst().unwrap().1 - 1.0).abs() < 1e-9,
+            "{:?}",
+            all[1]
         );
     }
 
