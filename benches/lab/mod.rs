@@ -1214,8 +1214,8 @@ fn render_everywhere(grouped: &BTreeMap<CellKey, Vec<Runs>>) -> String {
             md,
             "\n**One setting everywhere**, {delay} s start-up: each family kept at one setting for \
              every trace, as it is deployed, and the reactive bound at one headroom for every \
-             trace (what a policy that knows each pod's capacity exactly pays for nothing tuned \
-             per trace) (the settings no other of the family beats both on the \
+             trace, what a policy that knows each pod's capacity exactly pays for nothing tuned \
+             per trace (the settings no other of the family beats both on the \
              traces, of the {reachable} where some peer setting reaches {level}%, it reaches the \
              level in and on its worst ratio there), its replica-hours over each trace's cheapest \
              peer setting tuned for that trace:\n\n\
