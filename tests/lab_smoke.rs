@@ -147,6 +147,15 @@ fn the_lab_runs_every_policy_and_writes_its_report() {
             .any(|l| l.starts_with("| reactive bound | reactive bound ×") && l.contains(" of ")),
         "{md}"
     );
+    // The reactive bound at the headroom it measures from the rises it has seen runs in every
+    // cell (the one setting it reaches the level in none of here is left out of that table).
+    assert_eq!(
+        md.lines()
+            .filter(|l| l.starts_with("| measured-headroom bound | ") && l.contains('%'))
+            .count(),
+        3,
+        "{md}"
+    );
     // Every cell states its cost bound, and the oracle spends more than it.
     assert_eq!(md.matches("Cost bound: ").count(), 3, "{md}");
     let oracle_over_bound: f64 = md

@@ -187,6 +187,12 @@ fn roster(
             Reactive::new(requests, capacity, headroom, startup * 1.2, bounds),
         ));
     }
+    // … and with the headroom it measures from the traffic's rises instead of one given.
+    all.push(entrant(
+        "oracle",
+        false,
+        Reactive::measured(requests, capacity, startup * 1.2, bounds),
+    ));
     for target in GRID_TARGETS {
         all.push(entrant(
             "operator",
@@ -1192,7 +1198,7 @@ fn render_verdicts(
 }
 
 /// Each family at one setting for every trace of a start-up delay, as a user keeps it, and the
-/// reactive bound at one headroom, against each cell's cheapest peer tuned for that cell
+/// reactive bound at one headroom or the one it measures, against each cell's cheapest peer tuned for that cell
 /// (`verdict::everywhere`).
 fn render_everywhere(grouped: &BTreeMap<CellKey, Vec<Runs>>) -> String {
     let mut md = String::new();
@@ -1215,7 +1221,7 @@ fn render_everywhere(grouped: &BTreeMap<CellKey, Vec<Runs>>) -> String {
             "\n**One setting everywhere**, {delay} s start-up: each family kept at one setting for \
              every trace, as it is deployed, and the reactive bound at one headroom for every \
              trace, what a policy that knows each pod's capacity exactly pays for nothing tuned \
-             per trace (the settings no other of the family beats both on the \
+             per trace, or at the headroom it measures from the rises it has seen (the settings no other of the family beats both on the \
              traces, of the {reachable} where some peer setting reaches {level}%, it reaches the \
              level in and on its worst ratio there), its replica-hours over each trace's cheapest \
              peer setting tuned for that trace:\n\n\

@@ -5,6 +5,8 @@
 //! and a pod added now serves nobody before then. No real autoscaler can know this; the gap
 //! between a policy and the oracle is what better control could still win.
 
+use std::collections::VecDeque;
+
 use crate::lab::policy::{Bounds, Policy, Victims, View};
 use crate::lab::run::{FleetSetup, run};
 use crate::lab::traces::Trace;
@@ -27,6 +29,12 @@ impl Arrivals {
                 (end - start) as f64 / MINUTE
             })
             .fold(0.0, f64::max)
+    }
+
+    /// The highest rate of the minutes ending at `last`, a period before it, … back to `span`
+    /// before it (none starting before the run).
+    fn busiest_ending(&self, last: f64, span: f64) -> f64 {
+        self.busiest(every_period(0.0, span).map(|back| (last - back - MINUTE).max(0.0)))
     }
 }
 
@@ -117,7 +125,7 @@ pub fn cost_bound(requests: &[Request], duration: f64, per_pod: f64, min: u32) -
 
 /// The oracle's mirror image, what control without a forecast can do at best: a fleet that
 /// knows what one pod serves and every arrival so far, and nothing of what comes next. It asks
-/// for `headroom` times what the busiest minute needed over the last `lead` seconds (the oracle
+/// for a headroom times what the busiest minute needed over the last `lead` seconds (the oracle
 /// looks as far ahead), so it holds a fleet through a start-up as the oracle does, without
 /// churning on every minute's noise. A policy that reads only the present (requests in flight,
 /// a latency histogram, a queue) knows less than this, so the headroom this fleet needs to
@@ -129,11 +137,45 @@ pub struct Reactive {
     arrivals: Arrivals,
     /// Requests per second one pod serves within the SLO.
     per_pod: f64,
-    headroom: f64,
+    headroom: Headroom,
     /// How far back it looks: the slowest start-up.
     lead: f64,
     bounds: Bounds,
 }
+
+/// The reactive bound's headroom: one given, or the one it measures.
+enum Headroom {
+    Given(f64),
+    Measured(Rises),
+}
+
+/// The rises over one start-up the measured-headroom bound has seen.
+#[derive(Default)]
+struct Rises {
+    /// Each decision's time and the busiest minute it sized for, until a start-up has passed.
+    pending: VecDeque<(f64, f64)>,
+    /// The decision's time and the busiest minute of the start-up after it over the one it
+    /// sized for (at least 1), for the last [`MEASURED_MEMORY`] seconds.
+    seen: VecDeque<(f64, f64)>,
+}
+
+/// How every reactive bound's label begins: its settings are told from the oracle's (the same
+/// family in the results) by it.
+pub const REACTIVE: &str = "reactive bound";
+
+/// Whether a setting's label is one of the reactive bound's given headrooms.
+pub fn is_reactive(label: &str) -> bool {
+    label.starts_with(REACTIVE)
+}
+
+/// The measured-headroom bound's label (not one of the reactive bound's given headrooms: the
+/// verdict judges it apart).
+pub const MEASURED: &str = "measured-headroom bound";
+/// Its headroom before it has measured [`MEASURED_WARM`] rises.
+pub const MEASURED_INITIAL: f64 = 1.5;
+pub const MEASURED_WARM: usize = 4;
+/// Seconds a measured rise counts for.
+pub const MEASURED_MEMORY: f64 = 1200.0;
 
 impl Reactive {
     pub fn new(
@@ -146,25 +188,63 @@ impl Reactive {
         Self {
             arrivals: Arrivals::of(requests),
             per_pod: per_pod.max(1e-6),
-            headroom,
+            headroom: Headroom::Given(headroom),
             lead,
             bounds,
         }
     }
+
+    /// The measured-headroom bound: the headroom it holds is the largest rise over one start-up
+    /// it has seen in the last [`MEASURED_MEMORY`] seconds (for each decision a start-up old,
+    /// the busiest minute that start-up brought over the busiest it sized for then), and
+    /// [`MEASURED_INITIAL`] until it has seen [`MEASURED_WARM`]. It sizes its margin from the
+    /// traffic's own variability, as scaling to an objective is asked to: what that buys a
+    /// policy that knows each pod's capacity and cannot see the future, with nothing tuned per
+    /// trace.
+    pub fn measured(requests: &[Request], per_pod: f64, lead: f64, bounds: Bounds) -> Self {
+        Self {
+            headroom: Headroom::Measured(Rises::default()),
+            ..Self::new(requests, per_pod, MEASURED_INITIAL, lead, bounds)
+        }
+    }
 }
 
-/// How every reactive bound's label begins: its settings are told from the oracle's (the same
-/// family in the results) by it.
-pub const REACTIVE: &str = "reactive bound";
-
-/// Whether a setting's label is one of the reactive bound's.
-pub fn is_reactive(label: &str) -> bool {
-    label.starts_with(REACTIVE)
+impl Rises {
+    /// The headroom at `now`, having measured what followed every decision a start-up old.
+    fn headroom(&mut self, arrivals: &Arrivals, lead: f64, now: f64) -> f64 {
+        while let Some(&(at, held)) = self.pending.front() {
+            if at + lead > now {
+                break;
+            }
+            self.pending.pop_front();
+            if held <= 0.0 || at < MINUTE {
+                // Nothing held, or a first minute not yet whole: no ratio to measure.
+                continue;
+            }
+            // The minutes ending within the start-up after `at`, all of them over by now.
+            let ahead = arrivals.busiest_ending(at + lead, lead);
+            self.seen.push_back((at, (ahead / held).max(1.0)));
+        }
+        while self
+            .seen
+            .front()
+            .is_some_and(|(at, _)| *at < now - MEASURED_MEMORY)
+        {
+            self.seen.pop_front();
+        }
+        if self.seen.len() < MEASURED_WARM {
+            return MEASURED_INITIAL;
+        }
+        self.seen.iter().map(|(_, r)| *r).fold(1.0, f64::max)
+    }
 }
 
 impl Policy for Reactive {
     fn label(&self) -> String {
-        format!("{REACTIVE} ×{} headroom", self.headroom)
+        match self.headroom {
+            Headroom::Given(headroom) => format!("{REACTIVE} ×{headroom} headroom"),
+            Headroom::Measured(_) => MEASURED.to_owned(),
+        }
     }
 
     fn period(&self) -> f64 {
@@ -177,12 +257,18 @@ impl Policy for Reactive {
 
     fn decide(&mut self, view: &View<'_>) -> u32 {
         // The minutes ending between `lead` (and a period) ago and now, as the oracle's start
-        // between now and `lead` ahead; none starts before the run.
-        let busiest = self.arrivals.busiest(
-            every_period(0.0, self.lead + PERIOD).map(|back| (view.now - back - MINUTE).max(0.0)),
-        );
+        // between now and `lead` ahead.
+        let busiest = self.arrivals.busiest_ending(view.now, self.lead + PERIOD);
+        let headroom = match &mut self.headroom {
+            Headroom::Given(headroom) => *headroom,
+            Headroom::Measured(rises) => {
+                let headroom = rises.headroom(&self.arrivals, self.lead, view.now);
+                rises.pending.push_back((view.now, busiest));
+                headroom
+            }
+        };
         self.bounds
-            .clamp((busiest * self.headroom / self.per_pod).ceil() as i64)
+            .clamp((busiest * headroom / self.per_pod).ceil() as i64)
     }
 }
 
@@ -301,6 +387,39 @@ mod tests {
         assert_eq!(ask(299.0), 1);
         // A minute into the rise, it asks for what that minute needed.
         assert_eq!(ask(360.0), 6);
+    }
+
+    #[test]
+    fn the_measured_headroom_is_the_largest_rise_a_start_up_brought_lately() {
+        // 1 request a second for ten minutes, then 3 a second for an hour.
+        let mut requests: Vec<Request> = (0..600).map(|i| at(f64::from(i))).collect();
+        requests.extend((0..10_800).map(|i| at(600.0 + f64::from(i) / 3.0)));
+        let bounds = Bounds { min: 1, max: 64 };
+        let mut measured = Reactive::measured(&requests, 1.0, 120.0, bounds);
+        let metrics = crate::lab::metrics::Scrapes::new();
+        let mut asked = std::collections::BTreeMap::new();
+        let mut now = 0.0;
+        while now <= 2400.0 {
+            let pods = measured.decide(&View {
+                now,
+                spec: 1,
+                pods: &[],
+                metrics: &metrics,
+            });
+            asked.insert(now as u32, pods);
+            now += PERIOD;
+        }
+        // Before four rises are measured, 1.5× the busiest minute (1 a second: 2 pods).
+        assert_eq!(asked[&60], 2);
+        // Flat traffic measures no rise: the fleet is what the busiest minute needs.
+        assert_eq!(asked[&300], 1);
+        // The rise is not foreseen…
+        assert_eq!(asked[&600], 1);
+        // …but once it is seen, the fleet holds for another as large (3×) on top of it.
+        assert_eq!(asked[&660], 9);
+        assert_eq!(asked[&1500], 9);
+        // Twenty minutes on, that rise is forgotten.
+        assert_eq!(asked[&1905], 3);
     }
 
     #[test]

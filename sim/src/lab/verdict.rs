@@ -8,7 +8,7 @@
 //! The cell is on the tuned frontier when the operator reaches the level for at most the cheapest
 //! peer's replica-hours, and a win by a margin at 0.85× or less.
 
-use crate::lab::oracle::{REACTIVE, is_reactive};
+use crate::lab::oracle::{MEASURED, REACTIVE, is_reactive};
 use crate::lab::report::{Interval, Runs, oscillations, paired_difference, summarize};
 use crate::lab::run::Outcome;
 
@@ -293,8 +293,9 @@ impl Everywhere {
 /// worst ratio there to the cell's cheapest peer. The verdict per cell compares one spec with a
 /// peer tuned for each cell; this compares it with each peer at one setting for all, and with
 /// what one headroom for all costs a policy that knows each pod's capacity exactly (the reactive
-/// bound, whose headroom the verdict chooses per cell). The operator's defaults first, then by
-/// family, most cells reached first.
+/// bound, whose headroom the verdict chooses per cell), or the headroom such a policy measures
+/// from the rises it has seen (the measured-headroom bound). The operator's defaults first, then
+/// by family, most cells reached first.
 pub fn everywhere(cells: &[&[Runs]], level: f64) -> Vec<Everywhere> {
     let cheapest: Vec<Option<f64>> = cells
         .iter()
@@ -308,10 +309,12 @@ pub fn everywhere(cells: &[&[Runs]], level: f64) -> Vec<Everywhere> {
     let reachable: Vec<usize> = (0..cells.len())
         .filter(|i| cheapest[*i].is_some())
         .collect();
-    // The reactive bound's settings are the oracle family's in the results: named apart here.
+    // The reactive bound's settings and the measured-headroom bound are the oracle family's in
+    // the results: named apart here.
     let family_of = |r: &Runs| -> Option<String> {
         match r.family.as_str() {
             "operator" => r.default.then(|| r.family.clone()),
+            "oracle" if r.label == MEASURED => Some(MEASURED.to_owned()),
             "oracle" => is_reactive(&r.label).then(|| REACTIVE.to_owned()),
             _ => Some(r.family.clone()),
         }
@@ -615,11 +618,12 @@ mod tests {
     }
 
     #[test]
-    fn the_reactive_bound_kept_at_one_headroom_is_judged_everywhere_and_the_oracle_is_not() {
+    fn the_reactive_bounds_at_one_headroom_are_judged_everywhere_and_the_oracle_is_not() {
         // The HPA's target 8 is each cell's cheapest peer: 10 h on the flat cell, 40 h on the
         // step. The reactive bound at ×1 reaches the flat cell for 6 h and not the step; at ×2
-        // both, for 12 h and 30 h. The oracle that knows the future reaches both and is no
-        // setting anyone can keep.
+        // both, for 12 h and 30 h. The measured-headroom bound reaches the flat cell for 7 h:
+        // a family of its own, not one of the reactive bound's headrooms (×1 would hide it).
+        // The oracle that knows the future reaches both and is no setting anyone can keep.
         let flat = [
             setting("llmscaleoperator", "operator", true, &[(995, 12.0, 1); 3]),
             setting("HPA (target 8)", "HPA", false, &[(992, 10.0, 1); 3]),
@@ -636,6 +640,7 @@ mod tests {
                 false,
                 &[(999, 12.0, 0); 3],
             ),
+            setting(MEASURED, "oracle", false, &[(993, 7.0, 0); 3]),
         ];
         let step = [
             setting("llmscaleoperator", "operator", true, &[(995, 44.0, 1); 3]),
@@ -653,6 +658,7 @@ mod tests {
                 false,
                 &[(992, 30.0, 0); 3],
             ),
+            setting(MEASURED, "oracle", false, &[(980, 35.0, 0); 3]),
         ];
         let all = everywhere(&[&flat, &step], LEVEL);
         let names: Vec<(&str, &str)> = all
@@ -664,19 +670,24 @@ mod tests {
             [
                 ("operator", "llmscaleoperator"),
                 ("HPA", "HPA (target 8)"),
+                (MEASURED, MEASURED),
                 (REACTIVE, "reactive bound ×2 headroom"),
                 (REACTIVE, "reactive bound ×1 headroom"),
             ]
         );
+        // The measured headroom reaches the flat cell only, at 0.7×.
+        let (cell, ratio) = all[2].worst().unwrap();
+        assert_eq!((cell, all[2].reached.len()), (0, 1));
+        assert!((ratio - 0.7).abs() < 1e-9, "{:?}", all[2]);
         // At ×2 it reaches both cells, at 1.2× the flat cell's cheapest peer and 0.75× the
         // step's; at ×1 only the flat cell, at 0.6×.
-        let (cell, ratio) = all[2].worst().unwrap();
-        assert_eq!((cell, all[2].reached.len()), (0, 2));
-        assert!((ratio - 1.2).abs() < 1e-9, "{:?}", all[2]);
-        assert!((all[2].reached[1].1 - 0.75).abs() < 1e-9, "{:?}", all[2]);
         let (cell, ratio) = all[3].worst().unwrap();
-        assert_eq!((cell, all[3].reached.len()), (0, 1));
-        assert!((ratio - 0.6).abs() < 1e-9, "{:?}", all[3]);
+        assert_eq!((cell, all[3].reached.len()), (0, 2));
+        assert!((ratio - 1.2).abs() < 1e-9, "{:?}", all[3]);
+        assert!((all[3].reached[1].1 - 0.75).abs() < 1e-9, "{:?}", all[3]);
+        let (cell, ratio) = all[4].worst().unwrap();
+        assert_eq!((cell, all[4].reached.len()), (0, 1));
+        assert!((ratio - 0.6).abs() < 1e-9, "{:?}", all[4]);
         // The reactive bound is no peer: the cells' cheapest stay the HPA's.
         assert!(
             (all[1].worst().unwrap().1 - 1.0).abs() < 1e-9,
