@@ -2,7 +2,8 @@
 //! README.md, CONTRIBUTING.md, SECURITY.md, CHANGELOG.md, docs/*.md and chart/README.md names a
 //! file (or directory) that exists, and where an anchor is given, a heading of that file (GitHub's
 //! rule: lowercase, spaces to `-`, punctuation dropped, `-1`, `-2` … for repeats) or an explicit
-//! `<a id="…">`. Links to other sites are not followed. Also: the README stays a front door.
+//! `<a id="…">`. Links to other sites are not followed. Also: the README stays a front door,
+//! and its first scalers are the samples they name.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -234,6 +235,53 @@ fn the_readme_is_a_front_door() {
         size < README_MAX_BYTES,
         "README.md is {size} bytes, the limit is {README_MAX_BYTES}: move the detail to docs/"
     );
+}
+
+/// The YAML blocks of `text` after the heading `section`, in order, up to the next heading of
+/// the same level.
+fn yaml_blocks<'a>(text: &'a str, section: &str) -> Vec<&'a str> {
+    let start = text
+        .find(section)
+        .unwrap_or_else(|| panic!("no {section:?}"));
+    let body = &text[start + section.len()..];
+    let body = &body[..body.find("\n## ").unwrap_or(body.len())];
+    body.split("```yaml\n")
+        .skip(1)
+        .filter_map(|block| block.split("```").next())
+        .collect()
+}
+
+#[test]
+fn the_readmes_first_scalers_are_the_samples_they_name() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let blocks = yaml_blocks(&readme, "## A first LLMScaler");
+    let parse = |text: &str| -> serde_json::Value { serde_norway::from_str(text).unwrap() };
+    let sample = |name: &str| {
+        parse(&std::fs::read_to_string(root().join("config/samples").join(name)).unwrap())
+    };
+    assert_eq!(blocks.len(), 2, "{blocks:?}");
+    // The objective, whole; then a known target, its spec less the fields left at their
+    // defaults.
+    assert_eq!(
+        parse(blocks[0]),
+        sample("autoscaling_v1alpha1_llmscaler_objective.yaml")
+    );
+    let shown = parse(blocks[1]);
+    let known = sample("autoscaling_v1alpha1_llmscaler.yaml");
+    let fields = shown["spec"].as_object().unwrap();
+    assert!(fields.len() >= 6, "{shown}");
+    for (field, value) in fields {
+        assert_eq!(value, &known["spec"][field], "spec.{field}");
+    }
+    for name in [
+        "autoscaling_v1alpha1_llmscaler_objective.yaml",
+        "autoscaling_v1alpha1_llmscaler.yaml",
+    ] {
+        assert!(
+            readme.contains(&format!("`config/samples/{name}`")),
+            "{name}"
+        );
+    }
 }
 
 #[test]
