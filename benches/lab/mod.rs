@@ -1198,8 +1198,8 @@ fn render_verdicts(
 }
 
 /// Each family at one setting for every trace of a start-up delay, as a user keeps it, and the
-/// reactive bound at one headroom or the one it measures, against each cell's cheapest peer tuned for that cell
-/// (`verdict::everywhere`).
+/// reactive bound at one headroom or the one it measures, against each cell's cheapest peer
+/// tuned for that cell (`verdict::everywhere`).
 fn render_everywhere(grouped: &BTreeMap<CellKey, Vec<Runs>>) -> String {
     let mut md = String::new();
     let mut delays: Vec<u64> = grouped.keys().map(|(_, d)| *d).collect();
@@ -1221,10 +1221,10 @@ fn render_everywhere(grouped: &BTreeMap<CellKey, Vec<Runs>>) -> String {
             "\n**One setting everywhere**, {delay} s start-up: each family kept at one setting for \
              every trace, as it is deployed, and the reactive bound at one headroom for every \
              trace, what a policy that knows each pod's capacity exactly pays for nothing tuned \
-             per trace, or at the headroom it measures from the rises it has seen (the settings no other of the family beats both on the \
-             traces, of the {reachable} where some peer setting reaches {level}%, it reaches the \
-             level in and on its worst ratio there), its replica-hours over each trace's cheapest \
-             peer setting tuned for that trace:\n\n\
+             per trace, or at the headroom it measures from the rises it has seen (the settings \
+             no other of the family beats both on the traces, of the {reachable} where some peer \
+             setting reaches {level}%, it reaches the level in and on its worst ratio there), its \
+             replica-hours over each trace's cheapest peer setting tuned for that trace:\n\n\
              | family | setting | reaches {level}% in | worst ÷ cheapest (trace) | the others | misses |\n\
              | --- | --- | ---: | ---: | --- | --- |",
             level = 100.0 * verdict::LEVEL,
