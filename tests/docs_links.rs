@@ -7,6 +7,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::{Component, Path, PathBuf};
 
@@ -256,9 +258,8 @@ fn the_readmes_first_scalers_are_the_samples_they_name() {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     let blocks = yaml_blocks(&readme, "## A first LLMScaler");
     let parse = |text: &str| -> serde_json::Value { serde_norway::from_str(text).unwrap() };
-    let sample = |name: &str| {
-        parse(&std::fs::read_to_string(root().join("config/samples").join(name)).unwrap())
-    };
+    let sample =
+        |name: &str| -> serde_json::Value { common::read_yaml(&format!("config/samples/{name}")) };
     assert_eq!(blocks.len(), 2, "{blocks:?}");
     // The objective, whole; then a known target, its spec less the fields left at their
     // defaults.

@@ -185,13 +185,7 @@ impl Reactive {
         lead: f64,
         bounds: Bounds,
     ) -> Self {
-        Self {
-            arrivals: Arrivals::of(requests),
-            per_pod: per_pod.max(1e-6),
-            headroom: Headroom::Given(headroom),
-            lead,
-            bounds,
-        }
+        Self::with(requests, per_pod, Headroom::Given(headroom), lead, bounds)
     }
 
     /// The measured-headroom bound: the headroom it holds is the largest rise over one start-up
@@ -202,16 +196,31 @@ impl Reactive {
     /// policy that knows each pod's capacity and cannot see the future, with nothing tuned per
     /// trace.
     pub fn measured(requests: &[Request], per_pod: f64, lead: f64, bounds: Bounds) -> Self {
+        let headroom = Headroom::Measured(Rises::default());
+        Self::with(requests, per_pod, headroom, lead, bounds)
+    }
+
+    fn with(
+        requests: &[Request],
+        per_pod: f64,
+        headroom: Headroom,
+        lead: f64,
+        bounds: Bounds,
+    ) -> Self {
         Self {
-            headroom: Headroom::Measured(Rises::default()),
-            ..Self::new(requests, per_pod, MEASURED_INITIAL, lead, bounds)
+            arrivals: Arrivals::of(requests),
+            per_pod: per_pod.max(1e-6),
+            headroom,
+            lead,
+            bounds,
         }
     }
 }
 
 impl Rises {
-    /// The headroom at `now`, having measured what followed every decision a start-up old.
-    fn headroom(&mut self, arrivals: &Arrivals, lead: f64, now: f64) -> f64 {
+    /// The headroom for a decision at `now` that sizes for `busiest`, having measured what
+    /// followed every decision a start-up old; the decision is kept to be measured in turn.
+    fn headroom(&mut self, arrivals: &Arrivals, lead: f64, now: f64, busiest: f64) -> f64 {
         while let Some(&(at, held)) = self.pending.front() {
             if at + lead > now {
                 break;
@@ -232,6 +241,7 @@ impl Rises {
         {
             self.seen.pop_front();
         }
+        self.pending.push_back((now, busiest));
         if self.seen.len() < MEASURED_WARM {
             return MEASURED_INITIAL;
         }
@@ -262,9 +272,7 @@ impl Policy for Reactive {
         let headroom = match &mut self.headroom {
             Headroom::Given(headroom) => *headroom,
             Headroom::Measured(rises) => {
-                let headroom = rises.headroom(&self.arrivals, self.lead, view.now);
-                rises.pending.push_back((view.now, busiest));
-                headroom
+                rises.headroom(&self.arrivals, self.lead, view.now, busiest)
             }
         };
         self.bounds
